@@ -1,0 +1,63 @@
+//! Error types of the contract.
+
+use thiserror::Error;
+
+use crate::event::LockLostReason;
+
+/// A lock name was rejected; nothing was created.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LockNameError {
+    /// The name is empty.
+    #[error("lock name is empty")]
+    Empty,
+    /// The name is longer than allowed.
+    #[error("lock name is {len} bytes long; the limit is {max}")]
+    TooLong {
+        /// Length of the rejected name in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+}
+
+/// A member name was rejected; nothing was created.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum MemberNameError {
+    /// The name is longer than allowed.
+    #[error("member name is {len} bytes long; the limit is {max}")]
+    TooLong {
+        /// Length of the rejected name in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The name contains a control character (newline, tab, ...).
+    #[error("member name contains a control character")]
+    ControlCharacter,
+}
+
+/// Why a lock operation failed. In every case the caller does not hold the lock.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// `try_lock`: the lock is held elsewhere; no request stays queued.
+    #[error("the lock is held by another owner")]
+    WouldBlock,
+    /// The deadline passed before the lock was granted; the request was withdrawn.
+    #[error("timed out waiting for the lock")]
+    Timeout,
+    /// The request was cancelled before it was granted.
+    #[error("the lock request was cancelled")]
+    Cancelled,
+    /// The node shut down or left the cluster; the request was dropped.
+    #[error("the node has shut down")]
+    Shutdown,
+    /// The node is not (or no longer) a member of a view that may grant locks.
+    #[error("the node is not a member of a granting view")]
+    NotMember,
+    /// The lock was lost while the request was in flight.
+    #[error("the lock was lost: {0}")]
+    Lost(LockLostReason),
+}

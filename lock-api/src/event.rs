@@ -1,0 +1,83 @@
+//! Lock events, as listeners see them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::OwnerId;
+use crate::lock::{FencingToken, LockMode, LockName};
+
+/// Why a held lock was lost without its owner releasing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum LockLostReason {
+    /// After a partition healed, another owner was kept as the holder (duplicate-lock rule).
+    Duplicate,
+    /// The member found itself in a minority partition (`Majority` policy).
+    Minority,
+    /// The member has not heard from the grantor for longer than the lock lease.
+    LeaseExpired,
+    /// The member was excluded from the view.
+    Expelled,
+    /// The node shut down or left the cluster.
+    Shutdown,
+}
+
+impl fmt::Display for LockLostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockLostReason::Duplicate => "another holder was kept after a merge",
+            LockLostReason::Minority => "the member is in a minority partition",
+            LockLostReason::LeaseExpired => "the lock lease expired",
+            LockLostReason::Expelled => "the member was excluded from the view",
+            LockLostReason::Shutdown => "the node shut down",
+        })
+    }
+}
+
+/// Something that happened to a lock, as seen by one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockEvent {
+    /// A handle for a lock name was created on this member.
+    Created {
+        /// The lock.
+        name: LockName,
+    },
+    /// An owner on this member started waiting for a lock.
+    Waiting {
+        /// The lock.
+        name: LockName,
+        /// The waiting owner.
+        owner: OwnerId,
+        /// The mode asked for.
+        mode: LockMode,
+    },
+    /// An owner on this member was granted a lock.
+    Locked {
+        /// The lock.
+        name: LockName,
+        /// The new holder.
+        owner: OwnerId,
+        /// The mode granted.
+        mode: LockMode,
+        /// The fencing token of the grant.
+        token: FencingToken,
+    },
+    /// An owner on this member released a lock.
+    Unlocked {
+        /// The lock.
+        name: LockName,
+        /// The former holder.
+        owner: OwnerId,
+    },
+    /// An owner on this member lost a lock it held.
+    Lost {
+        /// The lock.
+        name: LockName,
+        /// The former holder.
+        owner: OwnerId,
+        /// Why.
+        reason: LockLostReason,
+    },
+}

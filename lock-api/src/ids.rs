@@ -1,0 +1,155 @@
+//! Identities: members, lock owners and requests.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::MemberNameError;
+
+/// The identity of one member: one process incarnation in the cluster.
+///
+/// A `MemberId` is made of a random 128-bit incarnation id, a human-readable name and the
+/// transport address the member receives on. A process that restarts draws a new incarnation
+/// id and is therefore a new member, even with the same name and address.
+///
+/// Members are ordered by incarnation id first; this order is arbitrary but the same at every
+/// member, which is what deterministic tie-breaks (merge leaders, duplicate-lock winners) need.
+///
+/// ```
+/// use conclave_lock_api::MemberId;
+///
+/// let id = MemberId::new(0x1a2b_3c4d_0000_0000_0000_0000_0000_0001, "worker-1", "127.0.0.1:7800".parse()?)?;
+/// assert_eq!(id.to_string(), "worker-1#1a2b3c4d");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MemberId {
+    incarnation: u128,
+    name: Arc<str>,
+    addr: SocketAddr,
+}
+
+impl MemberId {
+    /// The longest member name accepted, in bytes.
+    pub const MAX_NAME_LEN: usize = 64;
+
+    /// Creates a member id from its parts.
+    ///
+    /// `incarnation` should be drawn from a good random source once per process start; the
+    /// protocol relies on it being unique in the cluster.
+    ///
+    /// # Errors
+    /// [`MemberNameError`] if `name` is longer than [`MemberId::MAX_NAME_LEN`] bytes or contains
+    /// control characters.
+    pub fn new(incarnation: u128, name: &str, addr: SocketAddr) -> Result<Self, MemberNameError> {
+        if name.len() > Self::MAX_NAME_LEN {
+            return Err(MemberNameError::TooLong {
+                len: name.len(),
+                max: Self::MAX_NAME_LEN,
+            });
+        }
+        if name.chars().any(char::is_control) {
+            return Err(MemberNameError::ControlCharacter);
+        }
+        Ok(Self {
+            incarnation,
+            name: name.into(),
+            addr,
+        })
+    }
+
+    /// The random id of this process incarnation.
+    pub fn incarnation(&self) -> u128 {
+        self.incarnation
+    }
+
+    /// The human-readable name given at start.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The transport address this member receives on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl fmt::Display for MemberId {
+    /// `name#xxxxxxxx`: the name and the first 8 hex digits of the incarnation id.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{:08x}", self.name, (self.incarnation >> 96) as u32)
+    }
+}
+
+impl fmt::Debug for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}@{}", self.addr)
+    }
+}
+
+/// The owner of a lock: a member and an owner number local to that member.
+///
+/// An owner is never a thread: each `DistributedMutex::lock()` call is its own owner, and a
+/// reentrant lock handle with its clones is one owner.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OwnerId {
+    /// The member the owner lives on.
+    pub member: MemberId,
+    /// A number unique among the owners of that member.
+    pub local: u64,
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.member, self.local)
+    }
+}
+
+/// Identifies one lock or unlock request of one member; unique per member incarnation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "req{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 7800))
+    }
+
+    #[test]
+    fn display_is_short_and_names_the_incarnation() {
+        let id = MemberId::new(0xdead_beef << 96, "a", addr()).unwrap();
+        assert_eq!(id.to_string(), "a#deadbeef");
+    }
+
+    #[test]
+    fn names_are_validated() {
+        let long = "x".repeat(65);
+        assert_eq!(
+            MemberId::new(1, &long, addr()),
+            Err(MemberNameError::TooLong { len: 65, max: 64 })
+        );
+        assert_eq!(
+            MemberId::new(1, "a\nb", addr()),
+            Err(MemberNameError::ControlCharacter)
+        );
+        assert!(MemberId::new(1, "", addr()).is_ok());
+    }
+
+    #[test]
+    fn restart_is_a_new_member() {
+        let a = MemberId::new(1, "a", addr()).unwrap();
+        let b = MemberId::new(2, "a", addr()).unwrap();
+        assert_ne!(a, b);
+        assert!(a < b);
+    }
+}

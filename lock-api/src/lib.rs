@@ -1,0 +1,37 @@
+//! The contract shared by every Conclave crate.
+//!
+//! This crate depends on nothing else of Conclave's. It defines:
+//!
+//! - identities: [`MemberId`] (one per process incarnation), [`OwnerId`], [`RequestId`];
+//! - membership: [`ViewId`] and [`View`];
+//! - locks: [`LockName`] (validated), [`LockMode`], [`FencingToken`], [`LockEvent`];
+//! - the wire format ([`wire`]): every protocol message as a serde type, encoded as CBOR inside a
+//!   versioned envelope that names the protocol version and the cluster;
+//! - the [`Transport`] trait a membership backend implements and the [`LockBackend`] trait the
+//!   front end drives.
+//!
+//! ```
+//! use conclave_lock_api::{LockName, LockNameError};
+//!
+//! let name = LockName::new("invoice-42")?;
+//! assert_eq!(name.as_str(), "invoice-42");
+//! assert_eq!(LockName::new(""), Err(LockNameError::Empty));
+//! # Ok::<(), LockNameError>(())
+//! ```
+
+mod backend;
+mod error;
+mod event;
+mod ids;
+mod lock;
+mod transport;
+mod view;
+pub mod wire;
+
+pub use backend::{Grant, LockBackend};
+pub use error::{LockError, LockNameError, MemberNameError};
+pub use event::{LockEvent, LockLostReason};
+pub use ids::{MemberId, OwnerId, RequestId};
+pub use lock::{FencingToken, LockMode, LockName};
+pub use transport::{Datagram, Transport};
+pub use view::{View, ViewError, ViewId};

@@ -1,0 +1,163 @@
+//! Lock names, modes and fencing tokens.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LockNameError;
+
+/// The name of a distributed lock: non-empty UTF-8 of at most [`LockName::MAX_LEN`] bytes.
+///
+/// "Parse, don't validate": a `LockName` is valid by construction, including when it is
+/// decoded from the network.
+///
+/// ```
+/// use conclave_lock_api::{LockName, LockNameError};
+///
+/// assert!(LockName::new("orders/42").is_ok());
+/// assert_eq!(LockName::new("x".repeat(300)), Err(LockNameError::TooLong { len: 300, max: 255 }));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LockName(String);
+
+impl LockName {
+    /// The longest lock name accepted, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// Validates `name` and wraps it.
+    ///
+    /// # Errors
+    /// [`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above
+    /// [`LockName::MAX_LEN`] bytes.
+    pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(LockNameError::Empty);
+        }
+        if name.len() > Self::MAX_LEN {
+            return Err(LockNameError::TooLong {
+                len: name.len(),
+                max: Self::MAX_LEN,
+            });
+        }
+        Ok(Self(name))
+    }
+
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for LockName {
+    type Error = LockNameError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl From<LockName> for String {
+    fn from(value: LockName) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// How a lock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LockMode {
+    /// One holder at a time, and no shared holders meanwhile.
+    Exclusive,
+    /// Any number of shared holders at once, and no exclusive holder meanwhile.
+    Shared,
+}
+
+impl LockMode {
+    /// Whether a holder in mode `self` and a holder in mode `other` may hold the lock together.
+    pub fn is_compatible_with(self, other: LockMode) -> bool {
+        matches!((self, other), (LockMode::Shared, LockMode::Shared))
+    }
+}
+
+/// A fencing token: a number that strictly increases, per lock, with every grant.
+///
+/// Pass it to the resource the lock protects; the resource rejects writes carrying a token
+/// lower than the highest it has seen, which makes a paused or partitioned former holder
+/// harmless. The high 32 bits come from the view epoch of the grant and the low 32 bits count
+/// grants within it, so tokens keep increasing across grantor changes.
+///
+/// ```
+/// use conclave_lock_api::FencingToken;
+///
+/// assert!(FencingToken::new(3, 0) > FencingToken::new(2, 999));
+/// assert_eq!(FencingToken::new(3, 7).epoch(), 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// A token from a view epoch (its low 32 bits) and a counter within that epoch.
+    pub fn new(epoch: u64, counter: u32) -> Self {
+        Self(((epoch & 0xffff_ffff) << 32) | u64::from(counter))
+    }
+
+    /// The view epoch part of the token.
+    pub fn epoch(self) -> u64 {
+        self.0 >> 32
+    }
+
+    /// The counter part of the token.
+    pub fn counter(self) -> u32 {
+        (self.0 & 0xffff_ffff) as u32
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.epoch(), self.counter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_at_the_bound() {
+        assert!(LockName::new("x".repeat(255)).is_ok());
+        assert_eq!(
+            LockName::new("x".repeat(256)),
+            Err(LockNameError::TooLong { len: 256, max: 255 })
+        );
+    }
+
+    #[test]
+    fn shared_is_only_compatible_with_shared() {
+        assert!(LockMode::Shared.is_compatible_with(LockMode::Shared));
+        assert!(!LockMode::Shared.is_compatible_with(LockMode::Exclusive));
+        assert!(!LockMode::Exclusive.is_compatible_with(LockMode::Shared));
+        assert!(!LockMode::Exclusive.is_compatible_with(LockMode::Exclusive));
+    }
+
+    #[test]
+    fn tokens_order_by_epoch_then_counter() {
+        let a = FencingToken::new(1, u32::MAX);
+        let b = FencingToken::new(2, 0);
+        assert!(a < b);
+        assert_eq!(b.counter(), 0);
+        assert_eq!(a.to_string(), format!("1.{}", u32::MAX));
+    }
+}

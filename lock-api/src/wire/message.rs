@@ -1,0 +1,227 @@
+//! Every message of the protocol, as serde types.
+
+use serde::{Deserialize, Serialize};
+
+use super::payload::Payload;
+use crate::ids::{MemberId, OwnerId, RequestId};
+use crate::lock::{FencingToken, LockMode, LockName};
+use crate::view::View;
+
+/// What follows the fixed header of a datagram: who sent it and one frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Packet {
+    /// The sending member (incarnation, name, address).
+    pub sender: MemberId,
+    /// The content.
+    pub frame: Frame,
+}
+
+/// One unit of the protocol on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    /// Unreliable discovery traffic (multicast or seed list).
+    Discovery(Discovery),
+    /// Unreliable liveness signal between view members.
+    Heartbeat {
+        /// The epoch of the sender's current view.
+        epoch: u64,
+    },
+    /// Reliable layer: a fragment of a message.
+    Data(Segment),
+    /// Reliable layer: cumulative acknowledgement.
+    Ack(Ack),
+}
+
+/// Discovery traffic, sent to the discovery channel (multicast group or seed list) or in reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Discovery {
+    /// A joining member looks for coordinators; coordinators answer with [`Discovery::Announce`].
+    Ping,
+    /// A coordinator advertises its current view, periodically and in reply to a ping.
+    /// Coordinators that see each other's announcements merge their views.
+    Announce {
+        /// The coordinator's current view.
+        view: View,
+    },
+}
+
+/// A fragment of an encoded [`Message`] on one reliable stream from the sender to `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Incarnation of the intended receiver; a restarted receiver drops segments of its past.
+    pub to: u128,
+    /// Stream number, increasing per sender whenever it starts a new stream to a receiver.
+    pub stream: u64,
+    /// Lowest sequence number the sender has not seen acknowledged on this stream.
+    pub base: u64,
+    /// Sequence number of this segment; consecutive fragments have consecutive numbers.
+    pub seq: u64,
+    /// Index of this fragment within its message, from 0.
+    pub fragment: u32,
+    /// Number of fragments of the message (at least 1).
+    pub fragments: u32,
+    /// The fragment's bytes.
+    pub payload: Payload,
+}
+
+/// Cumulative acknowledgement of a reliable stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// Incarnation of the stream's sender (the receiver of this ack).
+    pub to: u128,
+    /// The stream acknowledged.
+    pub stream: u64,
+    /// Every segment with a lower sequence number was received.
+    pub next_expected: u64,
+}
+
+/// A message carried reliably, in order, between two members.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Group membership.
+    Gms(GmsMessage),
+    /// Locking.
+    Lock(LockMessage),
+}
+
+/// Group membership messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GmsMessage {
+    /// A joiner asks the coordinator to be added to the view.
+    JoinRequest,
+    /// The receiver is not a coordinator; the joiner should discover again.
+    NotCoordinator,
+    /// A member asks the coordinator to be removed from the view.
+    LeaveRequest,
+    /// The coordinator installs a view (also a merge view) at every member in it.
+    InstallView {
+        /// The view to install.
+        view: View,
+    },
+    /// Sent by a coordinator to a member it removed at that member's request.
+    LeaveAccepted {
+        /// Epoch of the first view without the leaver.
+        epoch: u64,
+    },
+}
+
+/// A lock held by a member, reported during reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLock {
+    /// The lock.
+    pub name: LockName,
+    /// The holding owner.
+    pub owner: OwnerId,
+    /// The mode held.
+    pub mode: LockMode,
+    /// The fencing token of the grant.
+    pub token: FencingToken,
+}
+
+/// A lock request still waiting for an answer, reported during reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRequest {
+    /// The request.
+    pub request: RequestId,
+    /// The lock.
+    pub name: LockName,
+    /// The requesting owner.
+    pub owner: OwnerId,
+    /// The mode asked for.
+    pub mode: LockMode,
+}
+
+/// A release not yet acknowledged by a grantor, reported during reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRelease {
+    /// The release request.
+    pub request: RequestId,
+    /// The lock.
+    pub name: LockName,
+    /// The releasing owner.
+    pub owner: OwnerId,
+    /// Token of the grant being released.
+    pub token: FencingToken,
+}
+
+/// Locking messages between clients and the grantor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMessage {
+    /// Client → grantor: acquire; `wait: false` is TRY_LOCK (never queued).
+    Lock {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The requesting owner.
+        owner: OwnerId,
+        /// Exclusive or shared.
+        mode: LockMode,
+        /// Whether to queue when the lock is busy.
+        wait: bool,
+    },
+    /// Client → grantor: withdraw a waiting request.
+    Cancel {
+        /// The request to withdraw.
+        request: RequestId,
+        /// The lock it asked for.
+        name: LockName,
+    },
+    /// Client → grantor: release a held lock.
+    Unlock {
+        /// The release request, acknowledged by [`LockMessage::UnlockAck`].
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The holder.
+        owner: OwnerId,
+        /// Token of the grant released.
+        token: FencingToken,
+    },
+    /// Grantor → client: the request is granted.
+    Granted {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The fencing token of the grant.
+        token: FencingToken,
+    },
+    /// Grantor → client: the request is refused (try-lock of a busy lock, or cancelled).
+    Denied {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+    },
+    /// Grantor → client: a release was applied.
+    UnlockAck {
+        /// The release request.
+        request: RequestId,
+    },
+    /// New grantor → every member: report your locks (reconciliation).
+    LockInfoRequest {
+        /// Epoch of the view the grantor reconciles for.
+        epoch: u64,
+    },
+    /// Member → new grantor: held locks, pending requests and pending releases.
+    LockInfoResponse {
+        /// Echo of the request's epoch.
+        epoch: u64,
+        /// Locks held by owners of this member.
+        held: Vec<HeldLock>,
+        /// Requests waiting for an answer.
+        pending: Vec<PendingRequest>,
+        /// Releases not yet acknowledged.
+        releases: Vec<PendingRelease>,
+    },
+    /// Grantor → client: another holder of this lock was kept; yours is lost.
+    DuplicateLock {
+        /// The lock.
+        name: LockName,
+        /// The owner that lost it.
+        owner: OwnerId,
+        /// Token of the lost grant.
+        token: FencingToken,
+    },
+}

@@ -1,0 +1,42 @@
+//! The wire format: what crosses the network, and how it is encoded.
+//!
+//! A datagram is a fixed 13-byte [`envelope`] header (magic, protocol version, cluster id)
+//! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Frames are either
+//! unreliable (discovery, heartbeats) or part of the reliable layer (data segments and acks).
+//! A data segment carries a fragment of an encoded [`Message`]: a membership or lock message.
+//!
+//! Decoding never panics, refuses inputs above a fixed size before touching them, and reports a
+//! typed [`DecodeError`]; a foreign cluster and an unknown protocol version have their own
+//! variants so a receiver can log them distinctly.
+//!
+//! ```
+//! use conclave_lock_api::wire::{self, ClusterId, Frame, Packet, Discovery};
+//! use conclave_lock_api::MemberId;
+//!
+//! let cluster = ClusterId::from_name("orders");
+//! let sender = MemberId::new(7, "a", "127.0.0.1:7800".parse()?)?;
+//! let packet = Packet { sender, frame: Frame::Discovery(Discovery::Ping) };
+//! let bytes = wire::encode_packet(cluster, &packet)?;
+//! assert_eq!(wire::decode_packet(cluster, &bytes)?, packet);
+//! assert!(matches!(
+//!     wire::decode_packet(ClusterId::from_name("billing"), &bytes),
+//!     Err(wire::DecodeError::ForeignCluster { .. })
+//! ));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod codec;
+mod envelope;
+mod message;
+mod payload;
+
+pub use codec::{
+    decode_message, decode_packet, encode_message, encode_packet, DecodeError, EncodeError,
+    MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
+};
+pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+pub use message::{
+    Ack, Discovery, Frame, GmsMessage, HeldLock, LockMessage, Message, Packet, PendingRelease,
+    PendingRequest, Segment,
+};
+pub use payload::Payload;

@@ -1,0 +1,14 @@
+//! Conclave's protocol core: sans-IO state machines.
+//!
+//! Nothing here opens a socket, reads a clock, sleeps, spawns a thread or draws global
+//! randomness: time comes in as an [`Instant`] argument and randomness as seeds. The driver of
+//! the `conclave` crate and the deterministic simulator ([`sim`], feature `sim`) run the same
+//! code, so every race the simulator finds is a real one.
+//!
+//! - [`reliable`]: per-peer reliable, ordered, fragmenting delivery over lossy datagrams.
+//! - [`gms`]: group membership: discovery, join, leave, failure detection, takeover, merge.
+
+pub mod reliable;
+mod time;
+
+pub use time::Instant;

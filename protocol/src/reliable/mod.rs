@@ -1,0 +1,1 @@
+//! Reliable delivery (in progress).

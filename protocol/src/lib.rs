@@ -2,12 +2,13 @@
 //!
 //! Nothing here opens a socket, reads a clock, sleeps, spawns a thread or draws global
 //! randomness: time comes in as an [`Instant`] argument and randomness as seeds. The driver of
-//! the `conclave` crate and the deterministic simulator ([`sim`], feature `sim`) run the same
+//! the `conclave` crate and the deterministic simulator (`sim`, feature `sim`) run the same
 //! code, so every race the simulator finds is a real one.
 //!
 //! - [`reliable`]: per-peer reliable, ordered, fragmenting delivery over lossy datagrams.
 //! - [`gms`]: group membership: discovery, join, leave, failure detection, takeover, merge.
 
+pub mod gms;
 pub mod reliable;
 mod time;
 

@@ -1,0 +1,129 @@
+//! Timeouts and intervals of group membership.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Group membership timing. All durations are on the caller's monotonic clock.
+///
+/// The defaults suit a LAN or one host: a crashed member is suspected after
+/// [`GmsConfig::suspect_timeout`] (3 s) and excluded at the next heartbeat tick; partitions that
+/// heal are merged within about two [`GmsConfig::announce_interval`]s.
+///
+/// ```
+/// use std::time::Duration;
+/// use conclave_protocol::gms::GmsConfig;
+///
+/// let config = GmsConfig { suspect_timeout: Duration::from_secs(10), ..GmsConfig::default() };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GmsConfig {
+    /// How often a member sends a heartbeat to every other member of its view.
+    /// Default 500 ms. Must be shorter than `suspect_timeout`; a third of it or less is wise.
+    pub heartbeat_interval: Duration,
+    /// A member not heard from (heartbeat or any other frame) for this long is suspected; the
+    /// coordinator then excludes it, and if the coordinator is suspected the next member takes
+    /// over. Default 3 s. Shorter detects crashes sooner but excludes slow members more often.
+    pub suspect_timeout: Duration,
+    /// How often a joining member multicasts a discovery ping. Default 250 ms.
+    pub discovery_interval: Duration,
+    /// How long a joiner looks for a coordinator before it founds a cluster of its own
+    /// (the lowest-id joiner first; any joiner after twice this). Default 1 s.
+    pub discovery_timeout: Duration,
+    /// How long a joiner waits for the coordinator to answer its join request before it
+    /// discovers again. Default 2 s.
+    pub join_timeout: Duration,
+    /// How often a coordinator announces its view on the discovery channel; coordinators that
+    /// see each other's announcements merge. Default 1 s.
+    pub announce_interval: Duration,
+    /// How long a leaving member waits for the coordinator to confirm before it leaves anyway.
+    /// Default 2 s.
+    pub leave_timeout: Duration,
+}
+
+impl Default for GmsConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(500),
+            suspect_timeout: Duration::from_secs(3),
+            discovery_interval: Duration::from_millis(250),
+            discovery_timeout: Duration::from_secs(1),
+            join_timeout: Duration::from_secs(2),
+            announce_interval: Duration::from_secs(1),
+            leave_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl GmsConfig {
+    /// Fast timings for tests on one host: heartbeats every 50 ms, suspicion after 400 ms.
+    pub fn local() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_millis(50),
+            suspect_timeout: Duration::from_millis(400),
+            discovery_interval: Duration::from_millis(50),
+            discovery_timeout: Duration::from_millis(300),
+            join_timeout: Duration::from_millis(500),
+            announce_interval: Duration::from_millis(250),
+            leave_timeout: Duration::from_millis(500),
+        }
+    }
+
+    /// Checks the relations between the timeouts.
+    ///
+    /// # Errors
+    /// [`GmsConfigError`] naming the first field that is zero or out of proportion.
+    pub fn validate(&self) -> Result<(), GmsConfigError> {
+        let fields = [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("suspect_timeout", self.suspect_timeout),
+            ("discovery_interval", self.discovery_interval),
+            ("discovery_timeout", self.discovery_timeout),
+            ("join_timeout", self.join_timeout),
+            ("announce_interval", self.announce_interval),
+            ("leave_timeout", self.leave_timeout),
+        ];
+        if let Some((name, _)) = fields.iter().find(|(_, d)| d.is_zero()) {
+            return Err(GmsConfigError::Zero(name));
+        }
+        if self.suspect_timeout < self.heartbeat_interval * 2 {
+            return Err(GmsConfigError::SuspectTooShort);
+        }
+        Ok(())
+    }
+}
+
+/// A [`GmsConfig`] was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum GmsConfigError {
+    /// A duration is zero.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+    /// Suspicion would fire between two heartbeats.
+    #[error("suspect_timeout must be at least twice heartbeat_interval")]
+    SuspectTooShort,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate() {
+        assert_eq!(GmsConfig::default().validate(), Ok(()));
+        assert_eq!(GmsConfig::local().validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        let zero = GmsConfig { join_timeout: Duration::ZERO, ..GmsConfig::default() };
+        assert_eq!(zero.validate(), Err(GmsConfigError::Zero("join_timeout")));
+        let short = GmsConfig {
+            suspect_timeout: Duration::from_millis(600),
+            ..GmsConfig::default()
+        };
+        assert_eq!(short.validate(), Err(GmsConfigError::SuspectTooShort));
+    }
+}

@@ -1,0 +1,848 @@
+//! Group membership: discovery, join, leave, failure detection, takeover and merge.
+//!
+//! [`Gms`] is a sans-IO state machine. It decides which view a member is in; it does not move
+//! bytes. Its outputs name what to send and how: reliably to a member ([`GmsOutput::Send`],
+//! through [`crate::reliable`]), as an unreliable heartbeat, or on the discovery channel. The
+//! [`crate::Endpoint`] wires it to the reliable layer and the wire format.
+//!
+//! The rules, in short (`docs/protocol.md` has the full state machine):
+//! - The coordinator is the first member of the view. Only a coordinator installs views, and a
+//!   member applies a view only if its epoch is higher than the epoch of its current view.
+//! - A joiner pings the discovery channel; coordinators answer with their view; the joiner
+//!   asks the first coordinator it hears to join. With no answer after the discovery timeout,
+//!   the lowest-id joiner founds a cluster of its own (any joiner does after twice that).
+//! - Members heartbeat each other. The coordinator excludes members it has not heard from for
+//!   the suspect timeout; a member that suspects the coordinator and every member ranked before
+//!   it takes over and installs a view without them.
+//! - Coordinators announce their view on the discovery channel. A coordinator that hears
+//!   another coordinator's announcement, and no coordinator with a lower id, installs a merge
+//!   view: its members, then the other views' members, with an epoch above all of them.
+//!
+//! ```
+//! use conclave_lock_api::MemberId;
+//! use conclave_protocol::gms::{Gms, GmsConfig, GmsEvent, GmsOutput};
+//! use conclave_protocol::Instant;
+//!
+//! let me = MemberId::new(1, "a", "127.0.0.1:7800".parse()?)?;
+//! let mut gms = Gms::new(me.clone(), GmsConfig::local());
+//! let mut now = Instant::ZERO;
+//! gms.join(now);
+//! // Nobody answers the pings: after the discovery timeout the member founds its own cluster.
+//! while gms.view().is_none() {
+//!     now = gms.poll_timeout().expect("a joiner always has a timer");
+//!     gms.handle_timeout(now);
+//!     while let Some(_output) = gms.poll_output() {} // a real driver sends these
+//! }
+//! assert!(matches!(gms.poll_event(), Some(GmsEvent::ViewInstalled { .. })));
+//! assert_eq!(gms.view().map(|v| v.coordinator()), Some(&me));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+
+use conclave_lock_api::wire::{Discovery, GmsMessage};
+use conclave_lock_api::{MemberId, View};
+use tracing::{debug, info, trace};
+
+use crate::time::Instant;
+
+pub use config::{GmsConfig, GmsConfigError};
+
+/// Upper bound on the joiners and merge candidates remembered, so discovery traffic from many
+/// (or forged) members costs bounded memory.
+const MAX_REMEMBERED: usize = 256;
+
+/// Something the membership layer asks the caller to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GmsOutput {
+    /// Send `message` reliably to `to`.
+    Send {
+        /// The receiver.
+        to: MemberId,
+        /// The message.
+        message: GmsMessage,
+    },
+    /// Send an unreliable heartbeat to `to`.
+    Heartbeat {
+        /// The receiver.
+        to: MemberId,
+        /// Epoch of our current view.
+        epoch: u64,
+    },
+    /// Send to the discovery channel (multicast group or seed list).
+    Discover(Discovery),
+    /// Send an unreliable discovery reply to an address.
+    DiscoveryReply {
+        /// The address of the pinging member.
+        to: SocketAddr,
+        /// The reply.
+        discovery: Discovery,
+    },
+    /// `member` was excluded as failed: its reliable-delivery state can be dropped.
+    Forget(MemberId),
+}
+
+/// How a view came to be, from the point of view of the member that installed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewOrigin {
+    /// This member founded a new cluster (a view of one).
+    Founded,
+    /// This member, as coordinator, added or removed members.
+    Changed,
+    /// This member took over from a failed coordinator.
+    TookOver,
+    /// This member, as coordinator, merged other views into its own.
+    Merged,
+    /// The view was installed by another member (the coordinator) and received.
+    Received,
+}
+
+/// Something that happened to this member's membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GmsEvent {
+    /// A new view was installed.
+    ViewInstalled {
+        /// The view.
+        view: View,
+        /// How it came to be.
+        origin: ViewOrigin,
+    },
+    /// This member has left the cluster (graceful leave done, or timed out waiting for it).
+    Left,
+}
+
+/// Where a member is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembershipState {
+    /// Created, [`Gms::join`] not yet called.
+    Idle,
+    /// Looking for a coordinator or waiting for it to admit us.
+    Joining,
+    /// In a view.
+    Member,
+    /// Asked to leave, waiting for the coordinator's confirmation.
+    Leaving,
+    /// Gone; the state machine does nothing more.
+    Left,
+}
+
+/// Counters of what the membership layer did, for reports and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GmsStats {
+    /// Views installed at this member (all origins).
+    pub views_installed: u64,
+    /// Clusters founded by this member.
+    pub founded: u64,
+    /// Joiners admitted by this member as coordinator.
+    pub joins_accepted: u64,
+    /// Members excluded as failed by this member as coordinator.
+    pub members_excluded: u64,
+    /// Graceful leaves accepted by this member as coordinator.
+    pub leaves_accepted: u64,
+    /// Takeovers of a failed coordinator by this member.
+    pub takeovers: u64,
+    /// Merge views installed by this member as merge leader.
+    pub merges_led: u64,
+}
+
+/// Test-only ways to break the protocol on purpose, proving the simulator's checkers can fail.
+#[cfg(feature = "sim")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sabotage {
+    /// Apply received views even when their epoch is not higher than the current one.
+    pub skip_view_epoch_check: bool,
+    /// Never exclude suspected members as coordinator.
+    pub never_exclude: bool,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Joining(Joining),
+    Member,
+    Leaving { deadline: Instant },
+    Left,
+}
+
+#[derive(Debug)]
+struct Joining {
+    started: Instant,
+    next_ping: Instant,
+    /// The coordinator we asked to join, and when.
+    target: Option<(MemberId, Instant)>,
+    /// Other joiners heard pinging; the lowest id founds the cluster.
+    joiners: BTreeSet<MemberId>,
+}
+
+/// The group membership state machine of one member.
+#[derive(Debug)]
+pub struct Gms {
+    local: MemberId,
+    config: GmsConfig,
+    phase: Phase,
+    view: Option<View>,
+    /// Highest epoch seen anywhere; new views exceed it so that every member accepts them.
+    max_epoch_seen: u64,
+    /// When each member of the current view was last heard from.
+    last_heard: BTreeMap<MemberId, Instant>,
+    next_heartbeat: Option<Instant>,
+    next_announce: Option<Instant>,
+    pending_joins: Vec<MemberId>,
+    pending_leaves: BTreeSet<MemberId>,
+    /// Other coordinators heard announcing, with their view and when.
+    merge_candidates: BTreeMap<MemberId, (View, Instant)>,
+    outputs: VecDeque<GmsOutput>,
+    events: VecDeque<GmsEvent>,
+    stats: GmsStats,
+    rng: u64,
+    #[cfg(feature = "sim")]
+    sabotage: Sabotage,
+}
+
+impl Gms {
+    /// A member that has not joined yet. Call [`Gms::join`] to start.
+    pub fn new(local: MemberId, config: GmsConfig) -> Self {
+        // Jitter only needs to differ between members: the random incarnation id seeds it.
+        let rng = (local.incarnation() as u64) ^ ((local.incarnation() >> 64) as u64) | 1;
+        Self {
+            local,
+            config,
+            phase: Phase::Idle,
+            view: None,
+            max_epoch_seen: 0,
+            last_heard: BTreeMap::new(),
+            next_heartbeat: None,
+            next_announce: None,
+            pending_joins: Vec::new(),
+            pending_leaves: BTreeSet::new(),
+            merge_candidates: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: GmsStats::default(),
+            rng,
+            #[cfg(feature = "sim")]
+            sabotage: Sabotage::default(),
+        }
+    }
+
+    /// Breaks the protocol on purpose (simulator tests of the checkers only).
+    #[cfg(feature = "sim")]
+    pub fn set_sabotage(&mut self, sabotage: Sabotage) {
+        self.sabotage = sabotage;
+    }
+
+    /// This member's id.
+    pub fn local(&self) -> &MemberId {
+        &self.local
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GmsConfig {
+        &self.config
+    }
+
+    /// The current view, once joined.
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// Whether this member coordinates its current view.
+    pub fn is_coordinator(&self) -> bool {
+        matches!(self.phase, Phase::Member)
+            && self.view.as_ref().is_some_and(|v| v.coordinator() == &self.local)
+    }
+
+    /// Where this member is in its life cycle.
+    pub fn state(&self) -> MembershipState {
+        match self.phase {
+            Phase::Idle => MembershipState::Idle,
+            Phase::Joining(_) => MembershipState::Joining,
+            Phase::Member => MembershipState::Member,
+            Phase::Leaving { .. } => MembershipState::Leaving,
+            Phase::Left => MembershipState::Left,
+        }
+    }
+
+    /// Counters of what this member did.
+    pub fn stats(&self) -> GmsStats {
+        self.stats
+    }
+
+    /// Starts looking for the cluster. Does nothing unless [`MembershipState::Idle`].
+    pub fn join(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Idle) {
+            return;
+        }
+        debug!(member = %self.local, "joining");
+        self.phase = Phase::Joining(Joining {
+            started: now,
+            next_ping: now,
+            target: None,
+            joiners: BTreeSet::new(),
+        });
+        self.handle_timeout(now);
+    }
+
+    /// Leaves the cluster gracefully.
+    ///
+    /// A coordinator hands the view to the next member and is gone at once (the caller should
+    /// keep delivering until the reliable layer has flushed). Any other member asks the
+    /// coordinator and leaves on its confirmation or after [`GmsConfig::leave_timeout`].
+    pub fn leave(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Idle | Phase::Joining(_) => self.set_left(),
+            Phase::Member => {
+                let Some(view) = self.view.clone() else {
+                    return self.set_left();
+                };
+                if view.coordinator() == &self.local {
+                    let rest: Vec<MemberId> = view
+                        .members()
+                        .iter()
+                        .filter(|m| **m != self.local)
+                        .cloned()
+                        .collect();
+                    if !rest.is_empty() {
+                        let epoch = self.next_epoch();
+                        if let Ok(next) = View::new(epoch, rest) {
+                            info!(member = %self.local, view = %next, "coordinator leaving, handing over");
+                            self.send_view_to_members(&next);
+                        }
+                    }
+                    self.set_left();
+                } else {
+                    self.outputs.push_back(GmsOutput::Send {
+                        to: view.coordinator().clone(),
+                        message: GmsMessage::LeaveRequest,
+                    });
+                    self.phase = Phase::Leaving {
+                        deadline: now + self.config.leave_timeout,
+                    };
+                }
+            }
+            Phase::Leaving { .. } | Phase::Left => {}
+        }
+    }
+
+    /// Records that a frame (any frame) arrived from `from`: it is alive.
+    pub fn note_alive(&mut self, now: Instant, from: &MemberId) {
+        if let Some(at) = self.last_heard.get_mut(from) {
+            *at = (*at).max(now);
+        }
+    }
+
+    /// Handles a heartbeat from `from`, whose current view has `epoch`.
+    pub fn handle_heartbeat(&mut self, now: Instant, from: &MemberId, epoch: u64) {
+        self.note_alive(now, from);
+        if self.last_heard.contains_key(from) {
+            self.max_epoch_seen = self.max_epoch_seen.max(epoch);
+        }
+    }
+
+    /// Handles discovery traffic from `from`.
+    pub fn handle_discovery(&mut self, now: Instant, from: &MemberId, discovery: Discovery) {
+        if from == &self.local {
+            return;
+        }
+        self.note_alive(now, from);
+        match discovery {
+            Discovery::Ping => self.handle_ping(from),
+            Discovery::Announce { view } => self.handle_announce(now, from, view),
+        }
+    }
+
+    /// Handles a membership message delivered reliably from `from`.
+    pub fn handle_message(&mut self, now: Instant, from: &MemberId, message: GmsMessage) {
+        self.note_alive(now, from);
+        match message {
+            GmsMessage::JoinRequest => self.handle_join_request(now, from),
+            GmsMessage::NotCoordinator => {
+                if let Phase::Joining(joining) = &mut self.phase {
+                    if joining.target.as_ref().is_some_and(|(t, _)| t == from) {
+                        joining.target = None;
+                    }
+                }
+            }
+            GmsMessage::LeaveRequest => self.handle_leave_request(now, from),
+            GmsMessage::InstallView { view } => self.handle_view(now, from, view),
+            GmsMessage::LeaveAccepted { .. } => {
+                if matches!(self.phase, Phase::Leaving { .. }) {
+                    self.set_left();
+                }
+            }
+        }
+    }
+
+    /// Advances timers: pings, heartbeats, suspicion, exclusion, takeover, announcements,
+    /// merges. Calling it early or twice is harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match &self.phase {
+            Phase::Idle | Phase::Left => {}
+            Phase::Joining(_) => self.joining_tick(now),
+            Phase::Member => self.member_tick(now),
+            Phase::Leaving { deadline } => {
+                if now >= *deadline {
+                    debug!(member = %self.local, "leave not confirmed in time; leaving anyway");
+                    self.set_left();
+                }
+            }
+        }
+    }
+
+    /// The next thing to send, if any.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<GmsOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// The next membership event, if any.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<GmsEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Gms::handle_timeout`] should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Idle | Phase::Left => None,
+            Phase::Joining(j) => {
+                let mut next = j.next_ping;
+                if let Some((_, sent)) = &j.target {
+                    next = next.min(*sent + self.config.join_timeout);
+                } else {
+                    next = next.min(j.started + self.config.discovery_timeout);
+                }
+                Some(next)
+            }
+            Phase::Member => [self.next_heartbeat, self.next_announce]
+                .into_iter()
+                .flatten()
+                .min(),
+            Phase::Leaving { deadline } => Some(*deadline),
+        }
+    }
+
+    fn handle_ping(&mut self, from: &MemberId) {
+        let is_coordinator = self.is_coordinator();
+        match &mut self.phase {
+            Phase::Joining(joining) => {
+                if joining.joiners.len() < MAX_REMEMBERED {
+                    joining.joiners.insert(from.clone());
+                }
+            }
+            Phase::Member if is_coordinator => {
+                if let Some(view) = &self.view {
+                    self.outputs.push_back(GmsOutput::DiscoveryReply {
+                        to: from.addr(),
+                        discovery: Discovery::Announce { view: view.clone() },
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_announce(&mut self, now: Instant, from: &MemberId, view: View) {
+        if view.coordinator() != from {
+            trace!(%from, "announcement of a view the sender does not coordinate; dropped");
+            return;
+        }
+        self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
+        let is_coordinator = self.is_coordinator();
+        match &mut self.phase {
+            Phase::Joining(joining) => {
+                if joining.target.is_none() {
+                    debug!(member = %self.local, coordinator = %from, "asking to join");
+                    joining.target = Some((from.clone(), now));
+                    self.outputs.push_back(GmsOutput::Send {
+                        to: from.clone(),
+                        message: GmsMessage::JoinRequest,
+                    });
+                }
+            }
+            Phase::Member if is_coordinator => {
+                let differs = self.view.as_ref().is_some_and(|v| v.id() != view.id());
+                let room = self.merge_candidates.len() < MAX_REMEMBERED
+                    || self.merge_candidates.contains_key(from);
+                if differs && room {
+                    self.merge_candidates.insert(from.clone(), (view, now));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_join_request(&mut self, now: Instant, from: &MemberId) {
+        if !self.is_coordinator() {
+            self.outputs.push_back(GmsOutput::Send {
+                to: from.clone(),
+                message: GmsMessage::NotCoordinator,
+            });
+            return;
+        }
+        let Some(view) = &self.view else { return };
+        if view.contains(from) {
+            // Our view reached it already or is on its way; send it again to be sure.
+            self.outputs.push_back(GmsOutput::Send {
+                to: from.clone(),
+                message: GmsMessage::InstallView { view: view.clone() },
+            });
+            return;
+        }
+        if !self.pending_joins.contains(from) && self.pending_joins.len() < MAX_REMEMBERED {
+            self.pending_joins.push(from.clone());
+        }
+        self.apply_changes(now);
+    }
+
+    fn handle_leave_request(&mut self, now: Instant, from: &MemberId) {
+        if !self.is_coordinator() {
+            return;
+        }
+        let Some(view) = &self.view else { return };
+        if view.contains(from) {
+            self.pending_leaves.insert(from.clone());
+            self.apply_changes(now);
+        } else {
+            self.outputs.push_back(GmsOutput::Send {
+                to: from.clone(),
+                message: GmsMessage::LeaveAccepted { epoch: view.epoch() },
+            });
+        }
+    }
+
+    fn handle_view(&mut self, now: Instant, from: &MemberId, view: View) {
+        self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
+        match self.phase {
+            Phase::Joining(_) | Phase::Member => {}
+            Phase::Leaving { .. } => {
+                if !view.contains(&self.local) {
+                    self.set_left();
+                }
+                return;
+            }
+            Phase::Idle | Phase::Left => return,
+        }
+        let handover = self
+            .view
+            .as_ref()
+            .is_some_and(|current| current.coordinator() == from && !view.contains(from));
+        if view.coordinator() != from && !handover {
+            trace!(%from, view = %view, "view not installed by its coordinator; dropped");
+            return;
+        }
+        if !view.contains(&self.local) {
+            trace!(%from, view = %view, "view without us; ignored");
+            return;
+        }
+        let current_epoch = self.view.as_ref().map_or(0, View::epoch);
+        if view.epoch() <= current_epoch && !self.skip_epoch_check() {
+            trace!(%from, view = %view, current_epoch, "stale view; ignored");
+            return;
+        }
+        self.install(now, view, ViewOrigin::Received);
+    }
+
+    fn joining_tick(&mut self, now: Instant) {
+        let Phase::Joining(joining) = &mut self.phase else {
+            return;
+        };
+        if let Some((target, sent)) = &joining.target {
+            if now >= *sent + self.config.join_timeout {
+                debug!(member = %self.local, coordinator = %target, "join not answered; discovering again");
+                joining.target = None;
+            }
+        }
+        if now >= joining.next_ping {
+            joining.next_ping = now + self.config.discovery_interval;
+            self.outputs
+                .push_back(GmsOutput::Discover(Discovery::Ping));
+        }
+        if joining.target.is_none() {
+            let waited = now.saturating_duration_since(joining.started);
+            let lowest = joining.joiners.iter().all(|j| *j > self.local);
+            if waited >= self.config.discovery_timeout
+                && (lowest || waited >= self.config.discovery_timeout * 2)
+            {
+                self.found(now);
+            }
+        }
+    }
+
+    fn found(&mut self, now: Instant) {
+        let epoch = self.next_epoch();
+        match View::new(epoch, vec![self.local.clone()]) {
+            Ok(view) => {
+                info!(member = %self.local, "no coordinator found; founding the cluster");
+                self.stats.founded += 1;
+                self.install(now, view, ViewOrigin::Founded);
+            }
+            Err(e) => debug!(error = %e, "could not found a view"),
+        }
+    }
+
+    fn member_tick(&mut self, now: Instant) {
+        if self.next_heartbeat.is_some_and(|t| now >= t) {
+            self.next_heartbeat = Some(now + self.config.heartbeat_interval);
+            self.send_heartbeats();
+            if self.is_coordinator() {
+                self.apply_changes(now);
+            } else {
+                self.maybe_take_over(now);
+            }
+        }
+        if self.is_coordinator() && self.next_announce.is_some_and(|t| now >= t) {
+            let jitter = self.jitter(self.config.announce_interval / 4);
+            self.next_announce = Some(now + self.config.announce_interval + jitter);
+            if let Some(view) = &self.view {
+                self.outputs.push_back(GmsOutput::Discover(Discovery::Announce {
+                    view: view.clone(),
+                }));
+            }
+            self.maybe_merge(now);
+        }
+    }
+
+    fn send_heartbeats(&mut self) {
+        let Some(view) = &self.view else { return };
+        let epoch = view.epoch();
+        for member in view.members() {
+            if *member != self.local {
+                self.outputs.push_back(GmsOutput::Heartbeat {
+                    to: member.clone(),
+                    epoch,
+                });
+            }
+        }
+    }
+
+    fn is_suspected(&self, now: Instant, member: &MemberId) -> bool {
+        member != &self.local
+            && self
+                .last_heard
+                .get(member)
+                .is_none_or(|heard| now.saturating_duration_since(*heard) > self.config.suspect_timeout)
+    }
+
+    /// As coordinator: install a view with the pending joins, leaves and exclusions, if any.
+    fn apply_changes(&mut self, now: Instant) {
+        let Some(view) = self.view.clone() else { return };
+        let suspects: Vec<MemberId> = if self.never_exclude() {
+            Vec::new()
+        } else {
+            view.members()
+                .iter()
+                .filter(|m| self.is_suspected(now, m))
+                .cloned()
+                .collect()
+        };
+        let leavers: Vec<MemberId> = view
+            .members()
+            .iter()
+            .filter(|m| self.pending_leaves.contains(*m))
+            .cloned()
+            .collect();
+        let joiners: Vec<MemberId> = std::mem::take(&mut self.pending_joins)
+            .into_iter()
+            .filter(|j| !view.contains(j))
+            .collect();
+        self.pending_leaves.clear();
+        if suspects.is_empty() && leavers.is_empty() && joiners.is_empty() {
+            return;
+        }
+        let mut members: Vec<MemberId> = view
+            .members()
+            .iter()
+            .filter(|m| !suspects.contains(m) && !leavers.contains(m))
+            .cloned()
+            .collect();
+        members.extend(joiners.iter().cloned());
+        let epoch = self.next_epoch();
+        let Ok(next) = View::new(epoch, members) else {
+            return;
+        };
+        info!(
+            coordinator = %self.local, view = %next,
+            joined = joiners.len(), left = leavers.len(), excluded = suspects.len(),
+            "installing view"
+        );
+        self.stats.joins_accepted += joiners.len() as u64;
+        self.stats.leaves_accepted += leavers.len() as u64;
+        self.stats.members_excluded += suspects.len() as u64;
+        self.install(now, next.clone(), ViewOrigin::Changed);
+        self.send_view_to_members(&next);
+        for leaver in leavers {
+            self.outputs.push_back(GmsOutput::Send {
+                to: leaver,
+                message: GmsMessage::LeaveAccepted { epoch },
+            });
+        }
+        for suspect in suspects {
+            self.outputs.push_back(GmsOutput::Forget(suspect));
+        }
+    }
+
+    /// As a member: if the coordinator and everyone ranked before us are suspected, take over.
+    fn maybe_take_over(&mut self, now: Instant) {
+        let Some(view) = self.view.clone() else { return };
+        let Some(rank) = view.rank(&self.local) else { return };
+        if rank == 0 || !view.members()[..rank].iter().all(|m| self.is_suspected(now, m)) {
+            return;
+        }
+        let suspects: Vec<MemberId> = view
+            .members()
+            .iter()
+            .filter(|m| self.is_suspected(now, m))
+            .cloned()
+            .collect();
+        let members: Vec<MemberId> = view
+            .members()
+            .iter()
+            .filter(|m| !suspects.contains(m))
+            .cloned()
+            .collect();
+        let epoch = self.next_epoch();
+        let Ok(next) = View::new(epoch, members) else {
+            return;
+        };
+        info!(member = %self.local, view = %next, "coordinator suspected; taking over");
+        self.stats.takeovers += 1;
+        self.stats.members_excluded += suspects.len() as u64;
+        self.install(now, next.clone(), ViewOrigin::TookOver);
+        self.send_view_to_members(&next);
+        for suspect in suspects {
+            self.outputs.push_back(GmsOutput::Forget(suspect));
+        }
+    }
+
+    /// As coordinator: merge the views of the coordinators heard announcing, unless a
+    /// coordinator with a lower id was heard (it leads the merge).
+    fn maybe_merge(&mut self, now: Instant) {
+        let horizon = self.config.announce_interval * 3;
+        self.merge_candidates
+            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) <= horizon);
+        if self.merge_candidates.is_empty() {
+            return;
+        }
+        if self.merge_candidates.keys().any(|c| *c < self.local) {
+            trace!(member = %self.local, "a lower coordinator will lead the merge");
+            return;
+        }
+        let Some(view) = self.view.clone() else { return };
+        let mut members: Vec<MemberId> = view
+            .members()
+            .iter()
+            .filter(|m| !self.is_suspected(now, m))
+            .cloned()
+            .collect();
+        let mut epoch = self.next_epoch();
+        let candidates = std::mem::take(&mut self.merge_candidates);
+        for (other, _) in candidates.values() {
+            epoch = epoch.max(other.epoch() + 1);
+            for member in other.members() {
+                if !members.contains(member) {
+                    members.push(member.clone());
+                }
+            }
+        }
+        let Ok(merged) = View::new(epoch, members) else {
+            return;
+        };
+        info!(coordinator = %self.local, view = %merged, merged = candidates.len(), "installing merge view");
+        self.stats.merges_led += 1;
+        self.install(now, merged.clone(), ViewOrigin::Merged);
+        self.send_view_to_members(&merged);
+    }
+
+    fn send_view_to_members(&mut self, view: &View) {
+        for member in view.members() {
+            if *member != self.local {
+                self.outputs.push_back(GmsOutput::Send {
+                    to: member.clone(),
+                    message: GmsMessage::InstallView { view: view.clone() },
+                });
+            }
+        }
+    }
+
+    fn install(&mut self, now: Instant, view: View, origin: ViewOrigin) {
+        let was_coordinator = self.is_coordinator();
+        self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
+        let mut heard = BTreeMap::new();
+        for member in view.members() {
+            let at = self.last_heard.get(member).map_or(now, |t| (*t).max(now));
+            // A member new to our view gets a full suspect timeout of grace.
+            heard.insert(member.clone(), at);
+        }
+        self.last_heard = heard;
+        self.phase = Phase::Member;
+        self.view = Some(view.clone());
+        self.stats.views_installed += 1;
+        if self.next_heartbeat.is_none() {
+            self.next_heartbeat = Some(now + self.config.heartbeat_interval);
+        }
+        if self.is_coordinator() {
+            if !was_coordinator {
+                self.next_announce = Some(now);
+            }
+        } else {
+            self.next_announce = None;
+            self.pending_joins.clear();
+            self.pending_leaves.clear();
+            self.merge_candidates.clear();
+        }
+        debug!(member = %self.local, view = %view, ?origin, "view installed");
+        self.events.push_back(GmsEvent::ViewInstalled { view, origin });
+    }
+
+    fn set_left(&mut self) {
+        if matches!(self.phase, Phase::Left) {
+            return;
+        }
+        debug!(member = %self.local, "left");
+        self.phase = Phase::Left;
+        self.events.push_back(GmsEvent::Left);
+    }
+
+    fn next_epoch(&self) -> u64 {
+        self.max_epoch_seen
+            .max(self.view.as_ref().map_or(0, View::epoch))
+            .saturating_add(1)
+    }
+
+    /// A pseudo-random duration in `[0, max)` (xorshift; determinism comes from the seed).
+    fn jitter(&mut self, max: std::time::Duration) -> std::time::Duration {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(1);
+        std::time::Duration::from_nanos(self.rng % nanos)
+    }
+
+    #[cfg(feature = "sim")]
+    fn skip_epoch_check(&self) -> bool {
+        self.sabotage.skip_view_epoch_check
+    }
+
+    #[cfg(not(feature = "sim"))]
+    fn skip_epoch_check(&self) -> bool {
+        false
+    }
+
+    #[cfg(feature = "sim")]
+    fn never_exclude(&self) -> bool {
+        self.sabotage.never_exclude
+    }
+
+    #[cfg(not(feature = "sim"))]
+    fn never_exclude(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests;

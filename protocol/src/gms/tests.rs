@@ -1,0 +1,268 @@
+//! Unit tests of the membership state machine over a perfect, instantaneous network.
+
+use std::time::Duration;
+
+use super::*;
+
+/// Members connected directly; `cut[i][j]` drops everything from i to j.
+struct Net {
+    nodes: Vec<Option<Gms>>,
+    cut: Vec<Vec<bool>>,
+    now: Instant,
+}
+
+fn member(n: u8) -> MemberId {
+    // Incarnations ordered by n: member(1) < member(2) < ...
+    MemberId::new(u128::from(n) << 100, &format!("m{n}"), SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(n)))).unwrap()
+}
+
+impl Net {
+    fn new(n: u8) -> Self {
+        let nodes = (1..=n)
+            .map(|i| Some(Gms::new(member(i), GmsConfig::local())))
+            .collect();
+        Self {
+            nodes,
+            cut: vec![vec![false; n as usize]; n as usize],
+            now: Instant::ZERO,
+        }
+    }
+
+    fn index_of(&self, id: &MemberId) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|g| g.as_ref().is_some_and(|g| g.local() == id))
+    }
+
+    fn index_of_addr(&self, addr: SocketAddr) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|g| g.as_ref().is_some_and(|g| g.local().addr() == addr))
+    }
+
+    /// Delivers every output until the network is quiet.
+    fn flush(&mut self) {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                let Some(out) = self.nodes[i].as_mut().and_then(Gms::poll_output) else {
+                    continue;
+                };
+                moved = true;
+                let from = self.nodes[i].as_ref().unwrap().local().clone();
+                let now = self.now;
+                let targets: Vec<usize> = match &out {
+                    GmsOutput::Send { to, .. } | GmsOutput::Heartbeat { to, .. } => {
+                        self.index_of(to).into_iter().collect()
+                    }
+                    GmsOutput::Discover(_) => (0..self.nodes.len()).filter(|j| *j != i).collect(),
+                    GmsOutput::DiscoveryReply { to, .. } => self.index_of_addr(*to).into_iter().collect(),
+                    GmsOutput::Forget(_) => vec![],
+                };
+                for j in targets {
+                    if self.cut[i][j] {
+                        continue;
+                    }
+                    let Some(g) = self.nodes[j].as_mut() else { continue };
+                    match out.clone() {
+                        GmsOutput::Send { message, .. } => g.handle_message(now, &from, message),
+                        GmsOutput::Heartbeat { epoch, .. } => g.handle_heartbeat(now, &from, epoch),
+                        GmsOutput::Discover(d) | GmsOutput::DiscoveryReply { discovery: d, .. } => {
+                            g.handle_discovery(now, &from, d)
+                        }
+                        GmsOutput::Forget(_) => {}
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("network never went quiet");
+    }
+
+    /// Runs timers and delivery for `d` of virtual time.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            self.flush();
+            let next = self
+                .nodes
+                .iter()
+                .flatten()
+                .filter_map(Gms::poll_timeout)
+                .min();
+            match next {
+                Some(t) if t <= end => {
+                    self.now = self.now.max(t);
+                    for g in self.nodes.iter_mut().flatten() {
+                        g.handle_timeout(self.now);
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = end;
+    }
+
+    fn view(&self, i: usize) -> Option<&View> {
+        self.nodes[i].as_ref().and_then(Gms::view)
+    }
+
+    fn partition(&mut self, side: &[usize]) {
+        let n = self.nodes.len();
+        for i in 0..n {
+            for j in 0..n {
+                self.cut[i][j] = side.contains(&i) != side.contains(&j);
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        for row in &mut self.cut {
+            row.fill(false);
+        }
+    }
+
+    fn assert_one_view_of(&self, alive: &[usize]) {
+        let first = self.view(alive[0]).expect("has a view").clone();
+        for &i in alive {
+            assert_eq!(self.view(i), Some(&first), "member {i} disagrees");
+        }
+        let mut expected: Vec<MemberId> = alive.iter().map(|i| member(*i as u8 + 1)).collect();
+        let mut got = first.members().to_vec();
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected);
+    }
+}
+
+fn start_all(net: &mut Net) {
+    let now = net.now;
+    for g in net.nodes.iter_mut().flatten() {
+        g.join(now);
+    }
+}
+
+fn events(g: &mut Gms) -> Vec<GmsEvent> {
+    std::iter::from_fn(|| g.poll_event()).collect()
+}
+
+#[test]
+fn simultaneous_start_forms_one_view_with_lowest_id_coordinator() {
+    let mut net = Net::new(4);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    net.assert_one_view_of(&[0, 1, 2, 3]);
+    assert_eq!(net.view(0).unwrap().coordinator(), &member(1));
+}
+
+#[test]
+fn late_joiner_is_admitted_by_the_coordinator() {
+    let mut net = Net::new(3);
+    let now = net.now;
+    net.nodes[0].as_mut().unwrap().join(now);
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.view(0).unwrap().len(), 1);
+    let now = net.now;
+    net.nodes[2].as_mut().unwrap().join(now);
+    net.nodes[1].as_mut().unwrap().join(now);
+    net.run_for(Duration::from_secs(1));
+    net.assert_one_view_of(&[0, 1, 2]);
+    let g0 = net.nodes[0].as_ref().unwrap();
+    assert_eq!(g0.stats().joins_accepted, 2);
+    assert_eq!(g0.stats().founded, 1);
+}
+
+#[test]
+fn crashed_member_is_excluded_after_the_suspect_timeout() {
+    let mut net = Net::new(3);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    let before = net.view(0).unwrap().epoch();
+    net.nodes[2] = None;
+    net.run_for(Duration::from_millis(200));
+    assert!(net.view(0).unwrap().contains(&member(3)), "not excluded before the timeout");
+    net.run_for(Duration::from_millis(400));
+    net.assert_one_view_of(&[0, 1]);
+    assert!(net.view(0).unwrap().epoch() > before);
+}
+
+#[test]
+fn crashed_coordinator_is_replaced_by_the_next_member() {
+    let mut net = Net::new(3);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    net.nodes[0] = None;
+    net.run_for(Duration::from_secs(1));
+    net.assert_one_view_of(&[1, 2]);
+    assert_eq!(net.view(1).unwrap().coordinator(), &member(2));
+    assert_eq!(net.nodes[1].as_ref().unwrap().stats().takeovers, 1);
+}
+
+#[test]
+fn graceful_leave_of_member_and_of_coordinator() {
+    let mut net = Net::new(3);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    let now = net.now;
+    net.nodes[2].as_mut().unwrap().leave(now);
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.nodes[2].as_ref().unwrap().state(), MembershipState::Left);
+    assert!(events(net.nodes[2].as_mut().unwrap()).contains(&GmsEvent::Left));
+    net.nodes[2] = None;
+    net.assert_one_view_of(&[0, 1]);
+
+    let now = net.now;
+    net.nodes[0].as_mut().unwrap().leave(now);
+    assert_eq!(net.nodes[0].as_ref().unwrap().state(), MembershipState::Left);
+    net.run_for(Duration::from_millis(100));
+    net.nodes[0] = None;
+    net.assert_one_view_of(&[1]);
+    assert_eq!(net.view(1).unwrap().coordinator(), &member(2));
+}
+
+#[test]
+fn partition_then_heal_merges_into_one_view() {
+    let mut net = Net::new(4);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    net.partition(&[0, 1]);
+    net.run_for(Duration::from_secs(2));
+    net.assert_one_view_of(&[0, 1]);
+    net.assert_one_view_of(&[2, 3]);
+    let split_epoch = net.view(2).unwrap().epoch().max(net.view(0).unwrap().epoch());
+    net.heal();
+    net.run_for(Duration::from_secs(2));
+    net.assert_one_view_of(&[0, 1, 2, 3]);
+    assert!(net.view(0).unwrap().epoch() > split_epoch);
+    assert_eq!(net.nodes[0].as_ref().unwrap().stats().merges_led, 1);
+}
+
+#[test]
+fn views_apply_only_in_increasing_epoch_order() {
+    let mut g = Gms::new(member(2), GmsConfig::local());
+    let now = Instant::ZERO;
+    g.join(now);
+    let v5 = View::new(5, vec![member(1), member(2)]).unwrap();
+    let v4 = View::new(4, vec![member(1), member(2), member(3)]).unwrap();
+    g.handle_message(now, &member(1), GmsMessage::InstallView { view: v5.clone() });
+    g.handle_message(now, &member(1), GmsMessage::InstallView { view: v4 });
+    assert_eq!(g.view(), Some(&v5));
+    // A view sent by someone other than its coordinator is refused.
+    let forged = View::new(9, vec![member(1), member(2)]).unwrap();
+    g.handle_message(now, &member(3), GmsMessage::InstallView { view: forged });
+    assert_eq!(g.view(), Some(&v5));
+}
+
+#[test]
+fn non_coordinator_refuses_joins() {
+    let mut g = Gms::new(member(2), GmsConfig::local());
+    g.join(Instant::ZERO);
+    while g.poll_output().is_some() {}
+    g.handle_message(Instant::ZERO, &member(3), GmsMessage::JoinRequest);
+    assert_eq!(
+        g.poll_output(),
+        Some(GmsOutput::Send { to: member(3), message: GmsMessage::NotCoordinator })
+    );
+}

@@ -25,6 +25,7 @@ use crate::error::MemberNameError;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "RawMemberId", into = "RawMemberId")]
 pub struct MemberId {
     incarnation: u128,
     name: Arc<str>,
@@ -40,10 +41,16 @@ impl MemberId {
     /// `incarnation` should be drawn from a good random source once per process start; the
     /// protocol relies on it being unique in the cluster.
     ///
+    /// An IPv6 address keeps its scope id (needed for link-local addresses) but loses its flow
+    /// label, which says nothing about who the member is.
+    ///
     /// # Errors
     /// [`MemberNameError`] if `name` is longer than [`MemberId::MAX_NAME_LEN`] bytes or contains
-    /// control characters.
-    pub fn new(incarnation: u128, name: &str, addr: SocketAddr) -> Result<Self, MemberNameError> {
+    /// control characters. Names decoded from the network are checked the same way.
+    pub fn new(incarnation: u128, name: &str, mut addr: SocketAddr) -> Result<Self, MemberNameError> {
+        if let SocketAddr::V6(v6) = &mut addr {
+            v6.set_flowinfo(0);
+        }
         if name.len() > Self::MAX_NAME_LEN {
             return Err(MemberNameError::TooLong {
                 len: name.len(),
@@ -86,6 +93,48 @@ impl fmt::Display for MemberId {
 impl fmt::Debug for MemberId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self}@{}", self.addr)
+    }
+}
+
+/// The wire form of a [`MemberId`]: validated on decode, and carrying the IPv6 scope id that
+/// serde's compact `SocketAddr` encoding leaves out.
+#[derive(Serialize, Deserialize)]
+struct RawMemberId {
+    incarnation: u128,
+    name: String,
+    addr: SocketAddr,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    scope: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+impl TryFrom<RawMemberId> for MemberId {
+    type Error = MemberNameError;
+
+    fn try_from(raw: RawMemberId) -> Result<Self, Self::Error> {
+        let mut addr = raw.addr;
+        if let SocketAddr::V6(v6) = &mut addr {
+            v6.set_scope_id(raw.scope);
+        }
+        MemberId::new(raw.incarnation, &raw.name, addr)
+    }
+}
+
+impl From<MemberId> for RawMemberId {
+    fn from(id: MemberId) -> Self {
+        let scope = match id.addr {
+            SocketAddr::V6(v6) => v6.scope_id(),
+            SocketAddr::V4(_) => 0,
+        };
+        RawMemberId {
+            incarnation: id.incarnation,
+            name: id.name.as_ref().to_owned(),
+            addr: id.addr,
+            scope,
+        }
     }
 }
 

@@ -7,9 +7,15 @@
 //!
 //! - [`reliable`]: per-peer reliable, ordered, fragmenting delivery over lossy datagrams.
 //! - [`gms`]: group membership: discovery, join, leave, failure detection, takeover, merge.
+//! - [`Endpoint`]: one member's stack on the wire, datagrams in and out.
+//! - `sim` (feature `sim`): the deterministic cluster simulator.
 
+mod endpoint;
 pub mod gms;
 pub mod reliable;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod time;
 
+pub use endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, Transmit};
 pub use time::Instant;

@@ -152,7 +152,8 @@ pub struct GmsStats {
 #[cfg(feature = "sim")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sabotage {
-    /// Apply received views even when their epoch is not higher than the current one.
+    /// Drop the view-id discipline: members apply received views whatever their epoch, and a
+    /// merge view reuses the highest merged epoch instead of exceeding it.
     pub skip_view_epoch_check: bool,
     /// Never exclude suspected members as coordinator.
     pub never_exclude: bool,
@@ -252,7 +253,10 @@ impl Gms {
     /// Whether this member coordinates its current view.
     pub fn is_coordinator(&self) -> bool {
         matches!(self.phase, Phase::Member)
-            && self.view.as_ref().is_some_and(|v| v.coordinator() == &self.local)
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.coordinator() == &self.local)
     }
 
     /// Where this member is in its life cycle.
@@ -327,7 +331,8 @@ impl Gms {
         }
     }
 
-    /// Records that a frame (any frame) arrived from `from`: it is alive.
+    /// Records that a heartbeat or a reliable-layer frame arrived from `from`: it is alive.
+    /// (Discovery traffic does not count; see [`Gms::handle_discovery`].)
     pub fn note_alive(&mut self, now: Instant, from: &MemberId) {
         if let Some(at) = self.last_heard.get_mut(from) {
             *at = (*at).max(now);
@@ -347,7 +352,8 @@ impl Gms {
         if from == &self.local {
             return;
         }
-        self.note_alive(now, from);
+        // Discovery is not a sign of life: a coordinator that excluded us still announces to
+        // us, and counting that would keep us from ever suspecting it.
         match discovery {
             Discovery::Ping => self.handle_ping(from),
             Discovery::Announce { view } => self.handle_announce(now, from, view),
@@ -414,7 +420,9 @@ impl Gms {
                 if let Some((_, sent)) = &j.target {
                     next = next.min(*sent + self.config.join_timeout);
                 } else {
-                    next = next.min(j.started + self.config.discovery_timeout);
+                    // The lowest joiner founds after one discovery timeout, any joiner after two;
+                    // the ping timer covers the first check, so only the later one is needed.
+                    next = next.min(j.started + self.config.discovery_timeout * 2);
                 }
                 Some(next)
             }
@@ -429,10 +437,8 @@ impl Gms {
     fn handle_ping(&mut self, from: &MemberId) {
         let is_coordinator = self.is_coordinator();
         match &mut self.phase {
-            Phase::Joining(joining) => {
-                if joining.joiners.len() < MAX_REMEMBERED {
-                    joining.joiners.insert(from.clone());
-                }
+            Phase::Joining(joining) if joining.joiners.len() < MAX_REMEMBERED => {
+                joining.joiners.insert(from.clone());
             }
             Phase::Member if is_coordinator => {
                 if let Some(view) = &self.view {
@@ -454,15 +460,13 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
         let is_coordinator = self.is_coordinator();
         match &mut self.phase {
-            Phase::Joining(joining) => {
-                if joining.target.is_none() {
-                    debug!(member = %self.local, coordinator = %from, "asking to join");
-                    joining.target = Some((from.clone(), now));
-                    self.outputs.push_back(GmsOutput::Send {
-                        to: from.clone(),
-                        message: GmsMessage::JoinRequest,
-                    });
-                }
+            Phase::Joining(joining) if joining.target.is_none() => {
+                debug!(member = %self.local, coordinator = %from, "asking to join");
+                joining.target = Some((from.clone(), now));
+                self.outputs.push_back(GmsOutput::Send {
+                    to: from.clone(),
+                    message: GmsMessage::JoinRequest,
+                });
             }
             Phase::Member if is_coordinator => {
                 let differs = self.view.as_ref().is_some_and(|v| v.id() != view.id());
@@ -510,7 +514,9 @@ impl Gms {
         } else {
             self.outputs.push_back(GmsOutput::Send {
                 to: from.clone(),
-                message: GmsMessage::LeaveAccepted { epoch: view.epoch() },
+                message: GmsMessage::LeaveAccepted {
+                    epoch: view.epoch(),
+                },
             });
         }
     }
@@ -559,8 +565,7 @@ impl Gms {
         }
         if now >= joining.next_ping {
             joining.next_ping = now + self.config.discovery_interval;
-            self.outputs
-                .push_back(GmsOutput::Discover(Discovery::Ping));
+            self.outputs.push_back(GmsOutput::Discover(Discovery::Ping));
         }
         if joining.target.is_none() {
             let waited = now.saturating_duration_since(joining.started);
@@ -599,9 +604,10 @@ impl Gms {
             let jitter = self.jitter(self.config.announce_interval / 4);
             self.next_announce = Some(now + self.config.announce_interval + jitter);
             if let Some(view) = &self.view {
-                self.outputs.push_back(GmsOutput::Discover(Discovery::Announce {
-                    view: view.clone(),
-                }));
+                self.outputs
+                    .push_back(GmsOutput::Discover(Discovery::Announce {
+                        view: view.clone(),
+                    }));
             }
             self.maybe_merge(now);
         }
@@ -622,15 +628,16 @@ impl Gms {
 
     fn is_suspected(&self, now: Instant, member: &MemberId) -> bool {
         member != &self.local
-            && self
-                .last_heard
-                .get(member)
-                .is_none_or(|heard| now.saturating_duration_since(*heard) > self.config.suspect_timeout)
+            && self.last_heard.get(member).is_none_or(|heard| {
+                now.saturating_duration_since(*heard) > self.config.suspect_timeout
+            })
     }
 
     /// As coordinator: install a view with the pending joins, leaves and exclusions, if any.
     fn apply_changes(&mut self, now: Instant) {
-        let Some(view) = self.view.clone() else { return };
+        let Some(view) = self.view.clone() else {
+            return;
+        };
         let suspects: Vec<MemberId> = if self.never_exclude() {
             Vec::new()
         } else {
@@ -688,9 +695,17 @@ impl Gms {
 
     /// As a member: if the coordinator and everyone ranked before us are suspected, take over.
     fn maybe_take_over(&mut self, now: Instant) {
-        let Some(view) = self.view.clone() else { return };
-        let Some(rank) = view.rank(&self.local) else { return };
-        if rank == 0 || !view.members()[..rank].iter().all(|m| self.is_suspected(now, m)) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        let Some(rank) = view.rank(&self.local) else {
+            return;
+        };
+        if rank == 0
+            || !view.members()[..rank]
+                .iter()
+                .all(|m| self.is_suspected(now, m))
+        {
             return;
         }
         let suspects: Vec<MemberId> = view
@@ -732,7 +747,9 @@ impl Gms {
             trace!(member = %self.local, "a lower coordinator will lead the merge");
             return;
         }
-        let Some(view) = self.view.clone() else { return };
+        let Some(view) = self.view.clone() else {
+            return;
+        };
         let mut members: Vec<MemberId> = view
             .members()
             .iter()
@@ -748,6 +765,9 @@ impl Gms {
                     members.push(member.clone());
                 }
             }
+        }
+        if self.skip_epoch_check() {
+            epoch = candidates.values().map(|(v, _)| v.epoch()).chain([view.epoch()]).max().unwrap_or(epoch);
         }
         let Ok(merged) = View::new(epoch, members) else {
             return;
@@ -774,8 +794,9 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
         let mut heard = BTreeMap::new();
         for member in view.members() {
-            let at = self.last_heard.get(member).map_or(now, |t| (*t).max(now));
-            // A member new to our view gets a full suspect timeout of grace.
+            // A member new to our view gets a full suspect timeout of grace; the others keep
+            // their clocks, so frequent view changes cannot hide a dead member.
+            let at = self.last_heard.get(member).copied().unwrap_or(now);
             heard.insert(member.clone(), at);
         }
         self.last_heard = heard;
@@ -796,7 +817,8 @@ impl Gms {
             self.merge_candidates.clear();
         }
         debug!(member = %self.local, view = %view, ?origin, "view installed");
-        self.events.push_back(GmsEvent::ViewInstalled { view, origin });
+        self.events
+            .push_back(GmsEvent::ViewInstalled { view, origin });
     }
 
     fn set_left(&mut self) {

@@ -1,0 +1,348 @@
+//! One member's whole protocol stack on the wire: membership over reliable delivery.
+//!
+//! [`Endpoint`] takes datagrams in and gives datagrams out. It decodes and validates every
+//! datagram, feeds discovery and heartbeats to [`Gms`], data segments and acks to
+//! [`Reliable`], and reliably delivered messages back to [`Gms`]. The driver of `conclave` and
+//! the simulator drive exactly this type.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use conclave_lock_api::wire::{
+    self, ClusterId, DecodeError, Frame, Message, Packet, PACKET_OVERHEAD_MAX,
+};
+use conclave_lock_api::{MemberId, View};
+use tracing::{debug, trace, warn};
+
+use crate::gms::{Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
+use crate::reliable::{self, Reliable};
+use crate::time::Instant;
+
+/// The configuration of every layer of an [`Endpoint`].
+#[derive(Clone, Debug, Default)]
+pub struct EndpointConfig {
+    /// Membership timing.
+    pub gms: GmsConfig,
+    /// Reliable delivery: windows, retransmission, memory bounds.
+    pub reliable: reliable::Config,
+}
+
+impl EndpointConfig {
+    /// Fast timings for tests on one host (see [`GmsConfig::local`]).
+    pub fn local() -> Self {
+        Self {
+            gms: GmsConfig::local(),
+            reliable: reliable::Config::default(),
+        }
+    }
+}
+
+/// Where a datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// One member, at its transport address.
+    Member(SocketAddr),
+    /// The discovery channel (multicast group or seed list).
+    Discovery,
+}
+
+/// A datagram to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to.
+    pub destination: Destination,
+    /// The encoded datagram, header included.
+    pub bytes: Vec<u8>,
+}
+
+/// Something the application should know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndpointEvent {
+    /// A new view was installed at this member.
+    ViewInstalled {
+        /// The view.
+        view: View,
+        /// How it came to be.
+        origin: ViewOrigin,
+    },
+    /// This member has left the cluster.
+    Left,
+}
+
+/// Counters of the endpoint and its layers.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointStats {
+    /// Membership counters.
+    pub gms: GmsStats,
+    /// Reliable-delivery counters.
+    pub reliable: reliable::Stats,
+    /// Datagrams dropped because they belong to another cluster.
+    pub dropped_foreign: u64,
+    /// Datagrams dropped because of an unsupported protocol version.
+    pub dropped_version: u64,
+    /// Datagrams or messages dropped as malformed (bad magic, truncated, bad CBOR, too large).
+    pub dropped_malformed: u64,
+}
+
+/// One member's protocol stack. See the [module docs](self).
+///
+/// The drive loop, as the driver and the simulator run it:
+///
+/// ```
+/// use conclave_lock_api::MemberId;
+/// use conclave_protocol::{Endpoint, EndpointConfig, EndpointEvent, Instant};
+///
+/// let me = MemberId::new(42, "solo", "127.0.0.1:7800".parse()?)?;
+/// let mut endpoint = Endpoint::new("orders", me, EndpointConfig::local(), 1400);
+/// let mut now = Instant::ZERO;
+/// endpoint.join(now);
+/// let mut joined = false;
+/// for _ in 0..100 {
+///     while let Some(transmit) = endpoint.poll_transmit() {
+///         // a driver hands transmit.bytes to its transport here
+///         # let _ = transmit;
+///     }
+///     while let Some(event) = endpoint.poll_event() {
+///         joined |= matches!(event, EndpointEvent::ViewInstalled { .. });
+///     }
+///     if joined { break; }
+///     // ... wait for a datagram (then call handle_datagram) or for the timeout:
+///     now = endpoint.poll_timeout().expect("a joining member has timers");
+///     endpoint.handle_timeout(now);
+/// }
+/// assert!(joined);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Endpoint {
+    cluster: ClusterId,
+    local: MemberId,
+    gms: Gms,
+    reliable: Reliable,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<EndpointEvent>,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    /// A member of the cluster called `cluster` that has not joined yet.
+    ///
+    /// `max_datagram` is the largest datagram the transport carries
+    /// ([`conclave_lock_api::Transport::max_datagram_size`]); larger messages are fragmented.
+    pub fn new(
+        cluster: &str,
+        local: MemberId,
+        config: EndpointConfig,
+        max_datagram: usize,
+    ) -> Self {
+        let fragment = max_datagram.saturating_sub(PACKET_OVERHEAD_MAX).max(64);
+        Self {
+            cluster: ClusterId::from_name(cluster),
+            gms: Gms::new(local.clone(), config.gms),
+            reliable: Reliable::new(local.clone(), config.reliable, fragment),
+            local,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// This member's id.
+    pub fn local(&self) -> &MemberId {
+        &self.local
+    }
+
+    /// The current view, once joined.
+    pub fn view(&self) -> Option<&View> {
+        self.gms.view()
+    }
+
+    /// Where this member is in its life cycle.
+    pub fn state(&self) -> MembershipState {
+        self.gms.state()
+    }
+
+    /// Whether this member coordinates its view.
+    pub fn is_coordinator(&self) -> bool {
+        self.gms.is_coordinator()
+    }
+
+    /// True once the member has left and everything it sent was acknowledged: the driver may
+    /// stop.
+    pub fn is_drained(&self) -> bool {
+        self.gms.state() == MembershipState::Left && self.reliable.is_quiescent()
+    }
+
+    /// Counters of every layer.
+    pub fn stats(&self) -> EndpointStats {
+        EndpointStats {
+            gms: self.gms.stats(),
+            reliable: self.reliable.stats(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// The membership layer, to break it on purpose in simulator tests.
+    #[cfg(feature = "sim")]
+    pub fn gms_mut(&mut self) -> &mut Gms {
+        &mut self.gms
+    }
+
+    /// Starts joining the cluster.
+    pub fn join(&mut self, now: Instant) {
+        self.gms.join(now);
+        self.pump(now);
+    }
+
+    /// Leaves the cluster gracefully; keep driving until [`Endpoint::is_drained`].
+    pub fn leave(&mut self, now: Instant) {
+        self.gms.leave(now);
+        self.pump(now);
+    }
+
+    /// Handles one received datagram. Foreign, malformed or hostile input is dropped with a
+    /// `tracing` event and counted; it never panics.
+    pub fn handle_datagram(&mut self, now: Instant, bytes: &[u8]) {
+        let packet = match wire::decode_packet(self.cluster, bytes) {
+            Ok(packet) => packet,
+            Err(error) => return self.count_drop(&error),
+        };
+        let Packet { sender, frame } = packet;
+        if sender == self.local {
+            return; // our own multicast, looped back
+        }
+        match frame {
+            Frame::Discovery(discovery) => self.gms.handle_discovery(now, &sender, discovery),
+            Frame::Heartbeat { epoch } => self.gms.handle_heartbeat(now, &sender, epoch),
+            Frame::Data(segment) => {
+                self.gms.note_alive(now, &sender);
+                self.reliable.handle_segment(now, &sender, segment);
+            }
+            Frame::Ack(ack) => {
+                self.gms.note_alive(now, &sender);
+                self.reliable.handle_ack(now, &sender, ack);
+            }
+        }
+        self.pump(now);
+    }
+
+    /// Advances every timer. Calling it early is harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.gms.handle_timeout(now);
+        self.reliable.handle_timeout(now);
+        self.pump(now);
+    }
+
+    /// The next datagram to send.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<EndpointEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::handle_timeout`] should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.gms.poll_timeout(), self.reliable.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Moves outputs between the layers until none has anything left.
+    fn pump(&mut self, now: Instant) {
+        loop {
+            let mut progressed = false;
+            while let Some(output) = self.gms.poll_output() {
+                progressed = true;
+                self.handle_gms_output(now, output);
+            }
+            while let Some((from, bytes)) = self.reliable.poll_delivered() {
+                progressed = true;
+                match wire::decode_message(&bytes) {
+                    Ok(Message::Gms(message)) => self.gms.handle_message(now, &from, message),
+                    Ok(Message::Lock(message)) => {
+                        trace!(%from, ?message, "lock message before the lock layer exists; dropped");
+                    }
+                    Err(error) => {
+                        warn!(%from, %error, "undecodable message from a member; dropped");
+                        self.stats.dropped_malformed += 1;
+                    }
+                }
+            }
+            while let Some((to, frame)) = self.reliable.poll_transmit() {
+                progressed = true;
+                self.transmit(Destination::Member(to.addr()), frame);
+            }
+            while let Some(event) = self.gms.poll_event() {
+                progressed = true;
+                self.events.push_back(match event {
+                    GmsEvent::ViewInstalled { view, origin } => {
+                        EndpointEvent::ViewInstalled { view, origin }
+                    }
+                    GmsEvent::Left => EndpointEvent::Left,
+                });
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn handle_gms_output(&mut self, now: Instant, output: GmsOutput) {
+        match output {
+            GmsOutput::Send { to, message } => {
+                let bytes = match wire::encode_message(&Message::Gms(message)) {
+                    Ok(bytes) => bytes,
+                    Err(error) => return warn!(%error, "could not encode a membership message"),
+                };
+                if let Err(error) = self.reliable.send(now, &to, bytes) {
+                    warn!(%to, %error, "could not queue a membership message");
+                }
+            }
+            GmsOutput::Heartbeat { to, epoch } => {
+                self.transmit(Destination::Member(to.addr()), Frame::Heartbeat { epoch });
+            }
+            GmsOutput::Discover(discovery) => {
+                self.transmit(Destination::Discovery, Frame::Discovery(discovery));
+            }
+            GmsOutput::DiscoveryReply { to, discovery } => {
+                self.transmit(Destination::Member(to), Frame::Discovery(discovery));
+            }
+            GmsOutput::Forget(member) => self.reliable.remove_peer(&member),
+        }
+    }
+
+    fn transmit(&mut self, destination: Destination, frame: Frame) {
+        let packet = Packet {
+            sender: self.local.clone(),
+            frame,
+        };
+        match wire::encode_packet(self.cluster, &packet) {
+            Ok(bytes) => self.transmits.push_back(Transmit { destination, bytes }),
+            Err(error) => warn!(%error, "could not encode a datagram"),
+        }
+    }
+
+    fn count_drop(&mut self, error: &DecodeError) {
+        match error {
+            DecodeError::ForeignCluster { .. } => {
+                trace!(%error, "datagram dropped");
+                self.stats.dropped_foreign += 1;
+            }
+            DecodeError::UnsupportedVersion { .. } => {
+                debug!(%error, "datagram dropped");
+                self.stats.dropped_version += 1;
+            }
+            _ => {
+                debug!(%error, "datagram dropped");
+                self.stats.dropped_malformed += 1;
+            }
+        }
+    }
+}

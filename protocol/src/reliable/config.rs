@@ -1,0 +1,303 @@
+//! Tuning of the reliable layer.
+
+use std::time::Duration;
+
+use conclave_lock_api::wire::MAX_MESSAGE_LEN;
+use thiserror::Error;
+
+/// The largest `send_window` and `recv_window` accepted, in segments.
+///
+/// A receive window is a ring of slots allocated up to its size on demand, so this also bounds
+/// what a flooding peer can make us allocate for bookkeeping.
+pub const MAX_WINDOW: u32 = 1 << 16;
+
+/// Tuning of [`super::Reliable`]. Every field is public; [`Config::validate`] says whether a
+/// combination is usable.
+///
+/// ```
+/// use std::time::Duration;
+/// use conclave_protocol::reliable::Config;
+///
+/// let config = Config { retransmit_timeout: Duration::from_millis(50), ..Config::lan() };
+/// config.validate()?;
+/// # Ok::<(), conclave_protocol::reliable::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Time from the transmission of a segment to its first retransmission when no
+    /// acknowledgement arrived. Range: above zero. Default: 100 ms.
+    ///
+    /// Set it a little above the round-trip time of the network: lower wastes bandwidth on
+    /// spurious retransmissions, higher slows recovery from a loss.
+    pub retransmit_timeout: Duration,
+    /// Cap of the exponential backoff: every retransmission without progress doubles the
+    /// timeout up to this. Range: at least `retransmit_timeout`. Default: 1 s.
+    ///
+    /// The layer never gives up on a peer: the membership layer decides that a peer is dead
+    /// and calls [`super::Reliable::remove_peer`]. This cap bounds how long a healed
+    /// partition waits for the next retransmission.
+    pub max_retransmit_timeout: Duration,
+    /// Segments in flight (sent and not acknowledged) per peer; the rest wait in the queue.
+    /// Range: 1 to [`MAX_WINDOW`] and at most `recv_window`. Default: 256.
+    ///
+    /// Throughput per peer is about `send_window × segment size / round-trip time`.
+    pub send_window: u32,
+    /// Out-of-order segments buffered per peer: a segment with a sequence number at or above
+    /// `next_expected + recv_window` is dropped. Range: `send_window` to [`MAX_WINDOW`].
+    /// Default: 256.
+    ///
+    /// A peer can make us hold at most about `recv_window` segments plus one message being
+    /// reassembled. Peers should use the same windows; a smaller receive window than the
+    /// sender's send window costs retransmissions.
+    pub recv_window: u32,
+    /// Payload bytes queued or in flight per peer, in bytes. Range: above zero. Default: 8 MiB.
+    ///
+    /// [`super::Reliable::send`] refuses a message with [`super::SendError::QueueFull`] when
+    /// it would take the peer above this; a peer with nothing queued accepts any one message
+    /// up to `max_message_len`, so a large message is never refused forever.
+    pub max_queued_bytes: usize,
+    /// The longest message accepted, in bytes, for sending and for reassembly. Range: 0 to
+    /// [`MAX_MESSAGE_LEN`]. Default: [`MAX_MESSAGE_LEN`] (16 MiB).
+    pub max_message_len: usize,
+    /// Peer states kept (one per member we talk to). Range: above zero. Default: 4096.
+    ///
+    /// Segments from new peers beyond it are dropped, and [`super::Reliable::send`] to a new
+    /// peer fails with [`super::SendError::TooManyPeers`].
+    pub max_peers: usize,
+    /// A peer state with nothing queued, in flight, buffered or owed, and no traffic for this
+    /// long is forgotten. Range: above zero. Default: 60 s.
+    ///
+    /// Forgetting is safe because a segment carries the lowest sequence number its sender has
+    /// not seen acknowledged (`base`), where a fresh receive state starts. Keep it well above
+    /// the failure-detection timeout of the membership layer and above any delay a datagram
+    /// can suffer in the network: a receive state forgotten while its last acknowledgements
+    /// were lost, or while datagrams older than this are still in flight, could deliver a
+    /// message twice. Evictions happen up to an eighth of this late.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            retransmit_timeout: Duration::from_millis(100),
+            max_retransmit_timeout: Duration::from_secs(1),
+            send_window: 256,
+            recv_window: 256,
+            max_queued_bytes: 8 << 20,
+            max_message_len: MAX_MESSAGE_LEN,
+            max_peers: 4096,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Config {
+    /// For a local-area network: the defaults.
+    pub fn lan() -> Self {
+        Self::default()
+    }
+
+    /// For members on one host (loopback, tests): retransmissions after 20 ms, backoff capped
+    /// at 200 ms.
+    pub fn local() -> Self {
+        Self {
+            retransmit_timeout: Duration::from_millis(20),
+            max_retransmit_timeout: Duration::from_millis(200),
+            ..Self::default()
+        }
+    }
+
+    /// Checks every field against its documented range.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found. [`super::Reliable::new`] clamps an invalid
+    /// configuration into range (with a warning) rather than failing, so call this where the
+    /// configuration is built.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.retransmit_timeout.is_zero() {
+            return Err(ConfigError::ZeroRetransmitTimeout);
+        }
+        if self.max_retransmit_timeout < self.retransmit_timeout {
+            return Err(ConfigError::BackoffCapBelowTimeout {
+                cap: self.max_retransmit_timeout,
+                timeout: self.retransmit_timeout,
+            });
+        }
+        for (name, value) in [
+            ("send_window", self.send_window),
+            ("recv_window", self.recv_window),
+        ] {
+            if value == 0 || value > MAX_WINDOW {
+                return Err(ConfigError::WindowOutOfRange {
+                    name,
+                    value,
+                    max: MAX_WINDOW,
+                });
+            }
+        }
+        if self.send_window > self.recv_window {
+            return Err(ConfigError::SendWindowAboveRecvWindow {
+                send_window: self.send_window,
+                recv_window: self.recv_window,
+            });
+        }
+        if self.max_queued_bytes == 0 {
+            return Err(ConfigError::ZeroQueue);
+        }
+        if self.max_message_len > MAX_MESSAGE_LEN {
+            return Err(ConfigError::MessageLenAboveWireLimit {
+                value: self.max_message_len,
+                max: MAX_MESSAGE_LEN,
+            });
+        }
+        if self.max_peers == 0 {
+            return Err(ConfigError::ZeroMaxPeers);
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(ConfigError::ZeroIdleTimeout);
+        }
+        Ok(())
+    }
+
+    /// This configuration with every field clamped into its range.
+    pub(crate) fn sanitized(mut self) -> Self {
+        self.retransmit_timeout = self.retransmit_timeout.max(Duration::from_micros(1));
+        self.max_retransmit_timeout = self.max_retransmit_timeout.max(self.retransmit_timeout);
+        self.send_window = self.send_window.clamp(1, MAX_WINDOW);
+        self.recv_window = self.recv_window.clamp(self.send_window, MAX_WINDOW);
+        self.max_queued_bytes = self.max_queued_bytes.max(1);
+        self.max_message_len = self.max_message_len.min(MAX_MESSAGE_LEN);
+        self.max_peers = self.max_peers.max(1);
+        self.idle_timeout = self.idle_timeout.max(Duration::from_micros(1));
+        self
+    }
+}
+
+/// A [`Config`] field is out of its range.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `retransmit_timeout` is zero.
+    #[error("retransmit_timeout must be above zero")]
+    ZeroRetransmitTimeout,
+    /// `max_retransmit_timeout` is below `retransmit_timeout`.
+    #[error("max_retransmit_timeout {cap:?} is below retransmit_timeout {timeout:?}")]
+    BackoffCapBelowTimeout {
+        /// The configured cap.
+        cap: Duration,
+        /// The configured initial timeout.
+        timeout: Duration,
+    },
+    /// A window is zero or above [`MAX_WINDOW`].
+    #[error("{name} is {value}, must be 1 to {max}")]
+    WindowOutOfRange {
+        /// Which window.
+        name: &'static str,
+        /// The configured value.
+        value: u32,
+        /// The largest value accepted.
+        max: u32,
+    },
+    /// `send_window` exceeds `recv_window`.
+    #[error("send_window {send_window} exceeds recv_window {recv_window}")]
+    SendWindowAboveRecvWindow {
+        /// The configured send window.
+        send_window: u32,
+        /// The configured receive window.
+        recv_window: u32,
+    },
+    /// `max_queued_bytes` is zero.
+    #[error("max_queued_bytes must be above zero")]
+    ZeroQueue,
+    /// `max_message_len` exceeds what the wire format decodes.
+    #[error("max_message_len {value} exceeds the wire limit {max}")]
+    MessageLenAboveWireLimit {
+        /// The configured value.
+        value: usize,
+        /// The wire limit, [`MAX_MESSAGE_LEN`].
+        max: usize,
+    },
+    /// `max_peers` is zero.
+    #[error("max_peers must be above zero")]
+    ZeroMaxPeers,
+    /// `idle_timeout` is zero.
+    #[error("idle_timeout must be above zero")]
+    ZeroIdleTimeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_presets_are_valid() {
+        Config::default().validate().unwrap();
+        Config::lan().validate().unwrap();
+        Config::local().validate().unwrap();
+        assert_eq!(Config::default().max_message_len, MAX_MESSAGE_LEN);
+    }
+
+    #[test]
+    fn invalid_fields_are_reported() {
+        let bad = Config {
+            send_window: 300,
+            recv_window: 256,
+            ..Config::default()
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(ConfigError::SendWindowAboveRecvWindow {
+                send_window: 300,
+                recv_window: 256
+            })
+        );
+        let bad = Config {
+            retransmit_timeout: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::ZeroRetransmitTimeout));
+        let bad = Config {
+            max_retransmit_timeout: Duration::from_millis(1),
+            ..Config::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::BackoffCapBelowTimeout { .. })
+        ));
+        let bad = Config {
+            recv_window: 0,
+            ..Config::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::WindowOutOfRange {
+                name: "recv_window",
+                ..
+            })
+        ));
+        let bad = Config {
+            max_message_len: MAX_MESSAGE_LEN + 1,
+            ..Config::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::MessageLenAboveWireLimit { .. })
+        ));
+    }
+
+    #[test]
+    fn sanitized_is_valid() {
+        let bad = Config {
+            retransmit_timeout: Duration::ZERO,
+            max_retransmit_timeout: Duration::ZERO,
+            send_window: 0,
+            recv_window: u32::MAX,
+            max_queued_bytes: 0,
+            max_message_len: usize::MAX,
+            max_peers: 0,
+            idle_timeout: Duration::ZERO,
+        };
+        bad.sanitized().validate().unwrap();
+        assert_eq!(Config::default().sanitized(), Config::default());
+    }
+}

@@ -1,0 +1,586 @@
+//! Tests of [`Reliable`] as a whole.
+
+use std::net::SocketAddr;
+
+use conclave_lock_api::wire::Payload;
+
+use super::*;
+
+fn member(incarnation: u128, port: u16) -> MemberId {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    MemberId::new(incarnation, "m", addr).unwrap()
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::from_nanos(n * 1_000_000)
+}
+
+fn config() -> Config {
+    Config {
+        send_window: 8,
+        recv_window: 8,
+        ..Config::default()
+    }
+}
+
+/// Two endpoints, `a` (incarnation 1, port 1) and `b` (incarnation 2, port 2).
+struct Pair {
+    a: Reliable,
+    b: Reliable,
+    ida: MemberId,
+    idb: MemberId,
+}
+
+impl Pair {
+    fn new(config: Config, fragment_len: usize) -> Self {
+        let (ida, idb) = (member(1, 1), member(2, 2));
+        Self {
+            a: Reliable::new(ida.clone(), config.clone(), fragment_len),
+            b: Reliable::new(idb.clone(), config, fragment_len),
+            ida,
+            idb,
+        }
+    }
+
+    /// Moves frames both ways without loss until neither side has any.
+    fn exchange(&mut self, now: Instant) {
+        loop {
+            let from_a = frames(&mut self.a);
+            let from_b = frames(&mut self.b);
+            if from_a.is_empty() && from_b.is_empty() {
+                return;
+            }
+            feed(&mut self.b, now, &self.ida, from_a);
+            feed(&mut self.a, now, &self.idb, from_b);
+        }
+    }
+}
+
+fn frames(r: &mut Reliable) -> Vec<Frame> {
+    std::iter::from_fn(|| r.poll_transmit())
+        .map(|(_, f)| f)
+        .collect()
+}
+
+fn data(r: &mut Reliable) -> Vec<Segment> {
+    frames(r)
+        .into_iter()
+        .filter_map(|f| match f {
+            Frame::Data(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn feed(r: &mut Reliable, now: Instant, from: &MemberId, frames: Vec<Frame>) {
+    for frame in frames {
+        match frame {
+            Frame::Data(s) => r.handle_segment(now, from, s),
+            Frame::Ack(a) => r.handle_ack(now, from, a),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+fn delivered(r: &mut Reliable) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| r.poll_delivered())
+        .map(|(_, m)| m)
+        .collect()
+}
+
+fn msg(i: u32) -> Vec<u8> {
+    i.to_be_bytes().to_vec()
+}
+
+#[test]
+fn in_order_delivery_and_quiescence() {
+    let mut p = Pair::new(config(), 100);
+    for i in 0..20 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    assert!(p.a.has_unacked(&p.idb));
+    assert!(!p.a.is_quiescent());
+    p.exchange(ms(1));
+    assert_eq!(delivered(&mut p.b), (0..20).map(msg).collect::<Vec<_>>());
+    assert!(p.a.is_quiescent());
+    assert!(!p.a.has_unacked(&p.idb));
+    let stats = p.a.stats();
+    assert_eq!(stats.segments_sent, 20);
+    assert_eq!(stats.segments_retransmitted, 0);
+    assert_eq!(p.b.stats().messages_delivered, 20);
+    // Nothing in flight: no retransmission deadline, only the idle sweep.
+    assert_eq!(p.a.poll_timeout(), Some(ms(0) + Duration::from_secs(60)));
+}
+
+#[test]
+fn duplicates_are_suppressed_and_still_acknowledged() {
+    let mut p = Pair::new(config(), 100);
+    p.a.send(ms(0), &p.idb, b"x".to_vec()).unwrap();
+    let seg = data(&mut p.a).remove(0);
+    for _ in 0..3 {
+        p.b.handle_segment(ms(1), &p.ida, seg.clone());
+    }
+    assert_eq!(delivered(&mut p.b), [b"x".to_vec()]);
+    assert_eq!(p.b.stats().duplicates_dropped, 2);
+    // The acknowledgements of one batch are coalesced into one.
+    let acks = frames(&mut p.b);
+    assert_eq!(acks.len(), 1);
+    assert!(matches!(
+        acks[0],
+        Frame::Ack(Ack {
+            next_expected: 2,
+            ..
+        })
+    ));
+    // A duplicate after delivery is acknowledged again, not delivered.
+    p.b.handle_segment(ms(2), &p.ida, seg);
+    assert!(delivered(&mut p.b).is_empty());
+    assert_eq!(frames(&mut p.b).len(), 1);
+}
+
+#[test]
+fn reordered_segments_are_delivered_in_order() {
+    let mut p = Pair::new(config(), 100);
+    for i in 0..6 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    let mut segs = data(&mut p.a);
+    segs.reverse();
+    for s in segs {
+        p.b.handle_segment(ms(1), &p.ida, s);
+    }
+    assert_eq!(delivered(&mut p.b), (0..6).map(msg).collect::<Vec<_>>());
+}
+
+#[test]
+fn lost_segment_is_retransmitted_with_backoff_up_to_the_cap() {
+    let config = Config {
+        retransmit_timeout: Duration::from_millis(100),
+        max_retransmit_timeout: Duration::from_millis(500),
+        ..config()
+    };
+    let mut p = Pair::new(config, 100);
+    p.a.send(ms(0), &p.idb, b"lost".to_vec()).unwrap();
+    assert_eq!(p.a.poll_timeout(), Some(ms(100)));
+    let _lost = data(&mut p.a);
+    // An early call changes nothing.
+    p.a.handle_timeout(ms(50));
+    assert!(data(&mut p.a).is_empty());
+    let mut now = ms(100);
+    for expected_gap in [200, 400, 500, 500] {
+        p.a.handle_timeout(now);
+        let resent = data(&mut p.a);
+        assert_eq!(resent.len(), 1);
+        assert_eq!(resent[0].seq, 1);
+        let next = p.a.poll_timeout().unwrap();
+        assert_eq!(next - now, Duration::from_millis(expected_gap));
+        now = next;
+    }
+    assert_eq!(p.a.stats().segments_retransmitted, 4);
+    // Delivery and acknowledgement reset the backoff.
+    p.a.handle_timeout(now);
+    let seg = data(&mut p.a).remove(0);
+    p.b.handle_segment(now, &p.ida, seg);
+    feed(&mut p.a, now, &p.idb, frames(&mut p.b));
+    assert!(p.a.is_quiescent());
+    p.a.send(now, &p.idb, b"next".to_vec()).unwrap();
+    assert_eq!(p.a.poll_timeout(), Some(now + Duration::from_millis(100)));
+}
+
+#[test]
+fn large_message_is_fragmented_and_reassembled() {
+    let mut p = Pair::new(config(), 10);
+    let big: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    p.a.send(ms(0), &p.idb, big.clone()).unwrap();
+    p.a.send(ms(0), &p.idb, b"after".to_vec()).unwrap();
+    p.exchange(ms(1));
+    assert_eq!(delivered(&mut p.b), [big, b"after".to_vec()]);
+    assert_eq!(p.a.stats().segments_sent, 101);
+    assert!(p.a.is_quiescent());
+}
+
+#[test]
+fn send_window_bounds_segments_in_flight() {
+    let mut p = Pair::new(config(), 10);
+    p.a.send(ms(0), &p.idb, vec![0; 200]).unwrap();
+    let first = data(&mut p.a);
+    assert_eq!(first.len(), 8);
+    assert!(data(&mut p.a).is_empty());
+    // Acknowledging three releases three more.
+    for s in first.into_iter().take(3) {
+        p.b.handle_segment(ms(1), &p.ida, s);
+    }
+    feed(&mut p.a, ms(1), &p.idb, frames(&mut p.b));
+    let more = data(&mut p.a);
+    assert_eq!(more.iter().map(|s| s.seq).collect::<Vec<_>>(), [9, 10, 11]);
+    assert_eq!(more[0].base, 4);
+}
+
+#[test]
+fn segments_beyond_the_receive_window_are_dropped() {
+    let mut p = Pair::new(config(), 10);
+    p.a.send(ms(0), &p.idb, b"x".to_vec()).unwrap();
+    let mut seg = data(&mut p.a).remove(0);
+    seg.seq = 9; // next_expected 1 + recv_window 8
+    p.b.handle_segment(ms(1), &p.ida, seg.clone());
+    assert_eq!(p.b.stats().out_of_window_dropped, 1);
+    seg.seq = 8;
+    p.b.handle_segment(ms(1), &p.ida, seg);
+    assert_eq!(p.b.stats().out_of_window_dropped, 1);
+    assert!(delivered(&mut p.b).is_empty());
+}
+
+#[test]
+fn queue_bound_returns_queue_full() {
+    let config = Config {
+        max_queued_bytes: 100,
+        ..config()
+    };
+    let mut p = Pair::new(config, 10);
+    // An empty queue takes any one message, even above the bound.
+    p.a.send(ms(0), &p.idb, vec![0; 150]).unwrap();
+    assert_eq!(
+        p.a.send(ms(0), &p.idb, vec![0; 1]),
+        Err(SendError::QueueFull {
+            queued: 150,
+            max: 100
+        })
+    );
+    p.exchange(ms(1));
+    p.a.send(ms(1), &p.idb, vec![0; 60]).unwrap();
+    p.a.send(ms(1), &p.idb, vec![0; 40]).unwrap();
+    assert!(matches!(
+        p.a.send(ms(1), &p.idb, vec![0; 1]),
+        Err(SendError::QueueFull { queued: 100, .. })
+    ));
+}
+
+#[test]
+fn send_errors() {
+    let config = Config {
+        max_message_len: 50,
+        max_peers: 1,
+        ..config()
+    };
+    let mut p = Pair::new(config, 10);
+    assert_eq!(
+        p.a.send(ms(0), &p.ida.clone(), vec![1]),
+        Err(SendError::ToSelf)
+    );
+    assert_eq!(
+        p.a.send(ms(0), &p.idb, vec![0; 51]),
+        Err(SendError::TooLarge { len: 51, max: 50 })
+    );
+    p.a.send(ms(0), &p.idb, vec![0; 50]).unwrap();
+    assert_eq!(
+        p.a.send(ms(0), &member(3, 3), vec![1]),
+        Err(SendError::TooManyPeers { max: 1 })
+    );
+    // Segments from a new peer beyond the limit are dropped too.
+    let mut c = Reliable::new(member(3, 3), Config::default(), 10);
+    c.send(ms(0), &p.ida, b"hi".to_vec()).unwrap();
+    for s in data(&mut c) {
+        p.a.handle_segment(ms(0), &member(3, 3), s);
+    }
+    assert_eq!(p.a.stats().peer_limit_dropped, 1);
+    assert_eq!(p.a.peer_count(), 1);
+}
+
+#[test]
+fn malformed_segments_are_dropped_without_panic() {
+    let config = Config {
+        max_message_len: 1000,
+        ..config()
+    };
+    let mut p = Pair::new(config, 10);
+    let good = Segment {
+        to: 2,
+        stream: 1,
+        base: 1,
+        seq: 1,
+        fragment: 0,
+        fragments: 1,
+        payload: Payload(vec![1]),
+    };
+    let bad = [
+        Segment {
+            fragments: 0,
+            ..good.clone()
+        },
+        Segment {
+            fragment: 3,
+            fragments: 3,
+            ..good.clone()
+        },
+        Segment {
+            fragments: u32::MAX,
+            ..good.clone()
+        },
+        Segment {
+            payload: Payload(vec![0; 1001]),
+            ..good.clone()
+        },
+        Segment {
+            base: 5,
+            ..good.clone()
+        },
+        Segment {
+            seq: u64::MAX,
+            base: u64::MAX,
+            ..good.clone()
+        },
+    ];
+    for s in bad {
+        p.b.handle_segment(ms(0), &p.ida, s);
+    }
+    assert_eq!(p.b.stats().malformed_dropped, 6);
+    assert_eq!(p.b.peer_count(), 0);
+    assert!(frames(&mut p.b).is_empty());
+    // Inconsistent counts within a message, then a hostile base near the end of the space.
+    p.b.handle_segment(
+        ms(0),
+        &p.ida,
+        Segment {
+            fragments: 3,
+            ..good.clone()
+        },
+    );
+    let second = Segment {
+        seq: 2,
+        fragment: 1,
+        fragments: 4,
+        ..good.clone()
+    };
+    p.b.handle_segment(ms(0), &p.ida, second);
+    let far = Segment {
+        seq: u64::MAX - 1,
+        base: u64::MAX - 1,
+        ..good.clone()
+    };
+    p.b.handle_segment(ms(0), &p.ida, far);
+    assert_eq!(delivered(&mut p.b), [vec![1]]);
+    // Acks of segments never sent are refused.
+    p.a.send(ms(0), &p.idb, b"x".to_vec()).unwrap();
+    let stream = data(&mut p.a)[0].stream;
+    p.a.handle_ack(
+        ms(0),
+        &p.idb,
+        Ack {
+            to: 1,
+            stream,
+            next_expected: 99,
+        },
+    );
+    assert!(p.a.has_unacked(&p.idb));
+    assert_eq!(p.a.stats().malformed_dropped, 1);
+}
+
+#[test]
+fn segments_and_acks_for_another_incarnation_are_dropped() {
+    let mut p = Pair::new(config(), 10);
+    p.a.send(ms(0), &p.idb, b"x".to_vec()).unwrap();
+    let mut seg = data(&mut p.a).remove(0);
+    seg.to = 99; // b's previous incarnation
+    p.b.handle_segment(ms(1), &p.ida, seg.clone());
+    assert!(delivered(&mut p.b).is_empty());
+    assert!(frames(&mut p.b).is_empty());
+    assert_eq!(p.b.stats().stale_dropped, 1);
+    let ack = Ack {
+        to: 99,
+        stream: seg.stream,
+        next_expected: 2,
+    };
+    p.a.handle_ack(ms(1), &p.idb, ack);
+    let ack = Ack {
+        to: 1,
+        stream: seg.stream + 1,
+        next_expected: 2,
+    };
+    p.a.handle_ack(ms(1), &p.idb, ack);
+    assert!(p.a.has_unacked(&p.idb));
+    assert_eq!(p.a.stats().stale_dropped, 2);
+}
+
+#[test]
+fn new_stream_after_remove_peer_resets_the_receiver() {
+    let mut p = Pair::new(config(), 10);
+    for i in 0..3 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    p.exchange(ms(1));
+    assert_eq!(delivered(&mut p.b).len(), 3);
+    let old = {
+        p.a.send(ms(2), &p.idb, b"old".to_vec()).unwrap();
+        data(&mut p.a).remove(0)
+    };
+    // The membership layer removed b, then b came back (same incarnation).
+    p.a.remove_peer(&p.idb);
+    assert!(p.a.is_quiescent());
+    assert_eq!(p.a.poll_timeout(), None);
+    for i in 10..13 {
+        p.a.send(ms(3), &p.idb, msg(i)).unwrap();
+    }
+    let new = data(&mut p.a);
+    assert!(new[0].stream > old.stream);
+    assert_eq!((new[0].seq, new[0].base), (1, 1));
+    for s in new {
+        p.b.handle_segment(ms(3), &p.ida, s);
+    }
+    // A late segment of the old stream is stale.
+    p.b.handle_segment(ms(3), &p.ida, old);
+    assert_eq!(delivered(&mut p.b), (10..13).map(msg).collect::<Vec<_>>());
+    p.exchange(ms(4));
+    assert!(p.a.is_quiescent());
+    assert!(delivered(&mut p.b).is_empty());
+}
+
+#[test]
+fn evicted_receiver_recovers_through_base() {
+    let mut p = Pair::new(config(), 10);
+    p.a.send(ms(0), &p.idb, msg(0)).unwrap();
+    p.exchange(ms(0));
+    assert_eq!(delivered(&mut p.b), [msg(0)]);
+    // b forgets a while a still has an unacknowledged message to it, whose first
+    // transmission is lost.
+    p.a.send(ms(1), &p.idb, msg(1)).unwrap();
+    let _lost = data(&mut p.a);
+    p.b.remove_peer(&p.ida);
+    assert_eq!(p.b.peer_count(), 0);
+    p.a.handle_timeout(ms(101));
+    let resent = data(&mut p.a);
+    assert_eq!((resent[0].seq, resent[0].base), (2, 2));
+    feed(
+        &mut p.b,
+        ms(101),
+        &p.ida,
+        resent.into_iter().map(Frame::Data).collect(),
+    );
+    p.exchange(ms(101));
+    assert_eq!(delivered(&mut p.b), [msg(1)]);
+    assert!(p.a.is_quiescent());
+}
+
+#[test]
+fn idle_peers_are_evicted_and_streams_restart_cleanly() {
+    let config = Config {
+        idle_timeout: Duration::from_secs(8),
+        ..config()
+    };
+    let mut p = Pair::new(config, 10);
+    p.a.send(ms(0), &p.idb, msg(0)).unwrap();
+    p.exchange(ms(0));
+    assert_eq!(p.b.poll_timeout(), Some(ms(8000)));
+    p.a.handle_timeout(ms(7999));
+    p.b.handle_timeout(ms(7999));
+    assert_eq!(p.a.peer_count(), 1);
+    p.a.handle_timeout(ms(8000));
+    p.b.handle_timeout(ms(8000));
+    assert_eq!((p.a.peer_count(), p.b.peer_count()), (0, 0));
+    assert_eq!(p.a.stats().peers_evicted, 1);
+    assert_eq!(p.a.poll_timeout(), None);
+    // Both sides forgot; a new stream starts from 1 and is delivered once.
+    p.a.send(ms(9000), &p.idb, msg(1)).unwrap();
+    p.exchange(ms(9000));
+    assert_eq!(delivered(&mut p.b), [msg(0), msg(1)]);
+}
+
+#[test]
+fn busy_peers_are_not_evicted() {
+    let config = Config {
+        idle_timeout: Duration::from_secs(1),
+        max_retransmit_timeout: Duration::from_secs(1),
+        ..config()
+    };
+    let mut p = Pair::new(config, 10);
+    p.a.send(ms(0), &p.idb, msg(0)).unwrap();
+    let _lost = data(&mut p.a);
+    let mut now = ms(0);
+    while now < ms(10_000) {
+        now = p.a.poll_timeout().unwrap();
+        p.a.handle_timeout(now);
+        let _ = frames(&mut p.a);
+    }
+    assert!(p.a.has_unacked(&p.idb));
+    assert_eq!(p.a.stats().peers_evicted, 0);
+}
+
+#[test]
+fn peer_restart_drops_the_old_state() {
+    let mut p = Pair::new(config(), 10);
+    p.a.send(ms(0), &p.idb, msg(0)).unwrap();
+    p.exchange(ms(0));
+    let _ = delivered(&mut p.b);
+    // Unacknowledged data to b's old incarnation, and a late segment from it.
+    p.a.send(ms(1), &p.idb, msg(1)).unwrap();
+    let _ = data(&mut p.a);
+    p.b.send(ms(1), &p.ida, b"late".to_vec()).unwrap();
+    let late = data(&mut p.b);
+
+    // b restarts at the same address with a new incarnation and talks to a.
+    let idb2 = member(22, 2);
+    let mut b2 = Reliable::new(idb2.clone(), config(), 10);
+    b2.send(ms(2), &p.ida, b"new".to_vec()).unwrap();
+    feed(&mut p.a, ms(2), &idb2, frames(&mut b2));
+    assert!(!p.a.has_unacked(&p.idb));
+    assert_eq!(p.a.peer_count(), 1);
+    assert_eq!(p.a.stats().peers_restarted, 1);
+    assert_eq!(delivered(&mut p.a), [b"new".to_vec()]);
+    // The old incarnation's late traffic neither delivers nor disturbs the new one.
+    feed(
+        &mut p.a,
+        ms(3),
+        &p.idb,
+        late.into_iter().map(Frame::Data).collect(),
+    );
+    assert!(delivered(&mut p.a).is_empty());
+    assert_eq!(p.a.peer_count(), 1);
+    feed(&mut b2, ms(3), &p.ida, frames(&mut p.a));
+    assert!(b2.is_quiescent());
+}
+
+#[test]
+fn poll_timeout_is_the_earliest_deadline() {
+    let mut r = Reliable::new(member(1, 1), config(), 10);
+    assert_eq!(r.poll_timeout(), None);
+    let (b, c) = (member(2, 2), member(3, 3));
+    r.send(ms(10), &b, vec![1]).unwrap();
+    r.send(ms(30), &c, vec![1]).unwrap();
+    let _ = frames(&mut r);
+    assert_eq!(r.poll_timeout(), Some(ms(110)));
+    r.handle_timeout(ms(110));
+    // b backed off to 200 ms; c is next.
+    assert_eq!(r.poll_timeout(), Some(ms(130)));
+    r.handle_ack(
+        ms(120),
+        &c,
+        Ack {
+            to: 1,
+            stream: 2,
+            next_expected: 2,
+        },
+    );
+    assert_eq!(r.poll_timeout(), Some(ms(310)));
+    r.remove_peer(&b);
+    // Only the idle sweep of c is left.
+    assert_eq!(r.poll_timeout(), Some(ms(10) + Duration::from_secs(60)));
+}
+
+#[test]
+fn peers_are_served_round_robin() {
+    let mut r = Reliable::new(member(1, 1), config(), 10);
+    let (b, c) = (member(2, 2), member(3, 3));
+    r.send(ms(0), &b, vec![0; 30]).unwrap();
+    r.send(ms(0), &c, vec![0; 30]).unwrap();
+    let order: Vec<u128> = std::iter::from_fn(|| r.poll_transmit())
+        .map(|(to, _)| to.incarnation())
+        .collect();
+    assert_eq!(order, [2, 3, 2, 3, 2, 3]);
+}
+
+#[test]
+fn reliable_is_send_sync_and_debug() {
+    fn assert_send_sync<T: Send + Sync + fmt::Debug>() {}
+    assert_send_sync::<Reliable>();
+    let r = Reliable::new(member(1, 1), config(), 10);
+    assert!(format!("{r:?}").contains("Reliable"));
+}

@@ -1,0 +1,605 @@
+//! A deterministic cluster simulator (feature `sim`).
+//!
+//! [`run`] simulates a cluster of [`Endpoint`]s from a seed: a virtual clock, a network that
+//! loses, duplicates, delays and reorders datagrams, partitions that split and heal, members
+//! that crash, restart as new incarnations and leave. A chaos phase injects faults; then the
+//! network heals, crashed nodes restart, and a calm phase must reach one agreed view within a
+//! bound. Checkers run after every step:
+//!
+//! - no panic;
+//! - at every member, each installed view has a higher epoch than the previous one and
+//!   contains the member;
+//! - a crashed member is excluded from every live member's view within the suspect timeout
+//!   plus a bound (checked for crashes isolated from other faults);
+//! - once faults stop, all live members install one identical view, holding exactly the live
+//!   members, within [`SimConfig::calm`].
+//!
+//! The run is a function of the seed and the configuration alone: the same seed gives the same
+//! [`Report`] (including its trace hash). A [`Violation`] names the seed and the command that
+//! replays it.
+//!
+//! ```
+//! use conclave_protocol::sim::{self, SimConfig};
+//!
+//! let report = sim::run(7, &SimConfig::default()).expect("no invariant is violated");
+//! assert!(report.steps > 0);
+//! assert_eq!(sim::run(7, &SimConfig::default()), Ok(report));
+//! ```
+
+mod network;
+mod report;
+mod rng;
+
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use conclave_lock_api::MemberId;
+
+use crate::endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent};
+use crate::gms::{MembershipState, Sabotage};
+use crate::time::Instant;
+use network::{Conditions, Network};
+
+pub use network::NetworkStats;
+pub use report::{Report, Violation};
+pub use rng::SimRng;
+
+/// The shape of a simulated run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Node slots (each runs one incarnation at a time). Default 5.
+    pub nodes: usize,
+    /// Virtual duration of the fault phase. Default 20 s.
+    pub chaos: Duration,
+    /// Bound on the calm phase: all live members must agree on one view within it. Default 20 s.
+    pub calm: Duration,
+    /// Mean virtual time between two faults. Default 1.5 s.
+    pub fault_interval: Duration,
+    /// Highest datagram loss rate the chaos phase sets. Default 0.1.
+    pub max_loss: f64,
+    /// Highest duplication rate the chaos phase sets. Default 0.05.
+    pub max_duplicate: f64,
+    /// Shortest one-way delay. Default 100 µs.
+    pub min_delay: Duration,
+    /// Longest one-way delay; the spread reorders datagrams. Default 15 ms.
+    pub max_delay: Duration,
+    /// Largest datagram the simulated transport carries (larger messages fragment). Default 1400.
+    pub max_datagram: usize,
+    /// Protocol configuration of every node. Default [`EndpointConfig::local`].
+    pub endpoint: EndpointConfig,
+    /// Deliberate protocol bugs, to prove the checkers fire. Default none.
+    pub sabotage: Sabotage,
+    /// Hard bound on steps, so no run can loop forever. Default 3,000,000.
+    pub max_steps: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            nodes: 5,
+            chaos: Duration::from_secs(20),
+            calm: Duration::from_secs(20),
+            fault_interval: Duration::from_millis(1500),
+            max_loss: 0.1,
+            max_duplicate: 0.05,
+            min_delay: Duration::from_micros(100),
+            max_delay: Duration::from_millis(15),
+            max_datagram: 1400,
+            endpoint: EndpointConfig::local(),
+            sabotage: Sabotage::default(),
+            max_steps: 3_000_000,
+        }
+    }
+}
+
+/// Runs one seed. `Ok` carries what was exercised; `Err` the first invariant broken.
+///
+/// # Errors
+/// The first [`Violation`]; a panic inside the protocol is reported as one too.
+pub fn run(seed: u64, config: &SimConfig) -> Result<Report, Violation> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Simulation::new(seed, config.clone()).run()
+    }));
+    outcome.unwrap_or_else(|panic| {
+        let detail = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "non-string panic".to_owned());
+        Err(Violation {
+            seed,
+            step: 0,
+            at: Instant::ZERO,
+            invariant: "the protocol never panics",
+            detail,
+        })
+    })
+}
+
+#[derive(Debug)]
+enum SlotState {
+    /// Not running; restarts as a new incarnation at the instant.
+    Down { restart_at: Instant },
+    /// Running.
+    Up,
+    /// Leaving gracefully since the instant; removed once drained.
+    Leaving { since: Instant },
+}
+
+#[derive(Debug)]
+struct Slot {
+    addr: SocketAddr,
+    endpoint: Option<Endpoint>,
+    state: SlotState,
+    last_epoch: u64,
+}
+
+#[derive(Debug)]
+struct Crash {
+    member: MemberId,
+    at: Instant,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Simulation {
+    seed: u64,
+    config: SimConfig,
+    rng: SimRng,
+    now: Instant,
+    slots: Vec<Slot>,
+    network: Network,
+    next_fault: Instant,
+    chaos_end: Instant,
+    calm: bool,
+    crashes: Vec<Crash>,
+    fault_times: Vec<Instant>,
+    report: Report,
+}
+
+impl Simulation {
+    fn new(seed: u64, config: SimConfig) -> Self {
+        let mut rng = SimRng::new(seed);
+        let slots = (0..config.nodes)
+            .map(|i| Slot {
+                addr: SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16)),
+                endpoint: None,
+                state: SlotState::Down {
+                    restart_at: Instant::from_nanos(rng.below(500_000_000)),
+                },
+                last_epoch: 0,
+            })
+            .collect();
+        let conditions = Conditions {
+            loss: 0.0,
+            duplicate: 0.0,
+            min_delay: config.min_delay,
+            max_delay: config.max_delay,
+        };
+        let network = Network::new(config.nodes, conditions);
+        let chaos_end = Instant::ZERO + config.chaos;
+        let mut sim = Self {
+            seed,
+            rng,
+            now: Instant::ZERO,
+            slots,
+            network,
+            next_fault: Instant::ZERO,
+            chaos_end,
+            calm: false,
+            crashes: Vec::new(),
+            fault_times: Vec::new(),
+            report: Report {
+                seed,
+                ..Report::default()
+            },
+            config,
+        };
+        sim.next_fault = sim.draw_fault_time();
+        sim
+    }
+
+    fn run(mut self) -> Result<Report, Violation> {
+        let calm_end = self.chaos_end + self.config.calm;
+        loop {
+            if self.report.steps >= self.config.max_steps {
+                return Err(self.violation(
+                    "runs end within the step bound",
+                    "step limit reached".into(),
+                ));
+            }
+            self.report.steps += 1;
+            let next = self.next_instant(calm_end);
+            self.now = self.now.max(next);
+            if !self.calm && self.now >= self.chaos_end {
+                self.begin_calm();
+            } else if self.now >= calm_end {
+                return Err(self.no_convergence());
+            } else if !self.calm && self.now >= self.next_fault {
+                self.inject_fault();
+                self.next_fault = self.draw_fault_time();
+            } else if let Some(datagram) = self.network.pop_due(self.now) {
+                self.deliver(datagram.to, &datagram.bytes);
+            } else {
+                self.run_timers();
+            }
+            self.flush()?;
+            self.check_exclusions()?;
+            if self.calm && self.converged() {
+                self.report.converged_after = self.now - self.chaos_end;
+                return Ok(self.finish());
+            }
+        }
+    }
+
+    fn next_instant(&self, calm_end: Instant) -> Instant {
+        let mut next = calm_end;
+        if !self.calm {
+            next = next.min(self.chaos_end).min(self.next_fault);
+        }
+        if let Some(t) = self.network.next_delivery() {
+            next = next.min(t);
+        }
+        for slot in &self.slots {
+            match (&slot.state, &slot.endpoint) {
+                (SlotState::Down { restart_at }, _) => next = next.min(*restart_at),
+                (_, Some(endpoint)) => {
+                    if let Some(t) = endpoint.poll_timeout() {
+                        next = next.min(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+        next
+    }
+
+    fn draw_fault_time(&mut self) -> Instant {
+        let mean = u64::try_from(self.config.fault_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.now + Duration::from_nanos(self.rng.between(mean / 4, mean.saturating_mul(7) / 4))
+    }
+
+    fn begin_calm(&mut self) {
+        self.calm = true;
+        if self.network.is_partitioned() {
+            self.network.heal();
+            self.report.partitions_healed += 1;
+        }
+        self.network.conditions.loss = 0.0;
+        self.network.conditions.duplicate = 0.0;
+        for slot in &mut self.slots {
+            if let SlotState::Down { restart_at } = &mut slot.state {
+                *restart_at = (*restart_at).min(self.now);
+            }
+        }
+    }
+
+    fn live_indices(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|i| matches!(self.slots[*i].state, SlotState::Up))
+            .collect()
+    }
+
+    fn inject_fault(&mut self) {
+        self.fault_times.push(self.now);
+        let live = self.live_indices();
+        let n = self.slots.len();
+        match self.rng.below(10) {
+            0..=2 if !self.network.is_partitioned() && n >= 2 => {
+                let size = 1 + self.rng.below(n as u64 - 1) as usize;
+                let mut all: Vec<usize> = (0..n).collect();
+                let mut side = Vec::new();
+                for _ in 0..size {
+                    let pick = self.rng.below(all.len() as u64) as usize;
+                    side.push(all.swap_remove(pick));
+                }
+                self.network.partition(&side);
+                self.report.partitions += 1;
+            }
+            0..=2 => {
+                self.network.heal();
+                self.report.partitions_healed += 1;
+            }
+            3..=5 if live.len() >= 2 => {
+                let coordinators: Vec<usize> = live
+                    .iter()
+                    .copied()
+                    .filter(|i| {
+                        self.slots[*i].endpoint.as_ref().is_some_and(|e| {
+                            e.is_coordinator() && e.view().is_some_and(|v| v.len() > 1)
+                        })
+                    })
+                    .collect();
+                let victim = if !coordinators.is_empty() && self.rng.chance(0.5) {
+                    coordinators[self.rng.below(coordinators.len() as u64) as usize]
+                } else {
+                    live[self.rng.below(live.len() as u64) as usize]
+                };
+                self.crash(victim);
+            }
+            6 if live.len() >= 2 => {
+                let leaver = live[self.rng.below(live.len() as u64) as usize];
+                if let Some(endpoint) = self.slots[leaver].endpoint.as_mut() {
+                    endpoint.leave(self.now);
+                    self.slots[leaver].state = SlotState::Leaving { since: self.now };
+                    self.report.leaves += 1;
+                }
+            }
+            _ => {
+                self.network.conditions.loss = self.rng.unit() * self.config.max_loss;
+                self.network.conditions.duplicate = self.rng.unit() * self.config.max_duplicate;
+                self.report.link_changes += 1;
+            }
+        }
+    }
+
+    fn crash(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(endpoint) = slot.endpoint.take() else {
+            return;
+        };
+        if endpoint.is_coordinator() && endpoint.view().is_some_and(|v| v.len() > 1) {
+            self.report.coordinator_crashes += 1;
+        }
+        self.report.crashes += 1;
+        report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+        let gms = &self.config.endpoint.gms;
+        let deadline = self.now
+            + gms.suspect_timeout * 2
+            + gms.heartbeat_interval * 2
+            + Duration::from_secs(1);
+        self.crashes.push(Crash {
+            member: endpoint.local().clone(),
+            at: self.now,
+            deadline,
+        });
+        let downtime = Duration::from_millis(self.rng.between(200, 4_000));
+        slot.state = SlotState::Down {
+            restart_at: self.now + downtime,
+        };
+    }
+
+    fn start(&mut self, index: usize) {
+        let incarnation = self.rng.next_u128();
+        let slot = &mut self.slots[index];
+        let member = match MemberId::new(incarnation, &format!("n{index}"), slot.addr) {
+            Ok(member) => member,
+            Err(e) => unreachable!("simulator member names are valid: {e}"),
+        };
+        let mut endpoint = Endpoint::new(
+            "sim",
+            member,
+            self.config.endpoint.clone(),
+            self.config.max_datagram,
+        );
+        endpoint.gms_mut().set_sabotage(self.config.sabotage);
+        endpoint.join(self.now);
+        slot.endpoint = Some(endpoint);
+        slot.state = SlotState::Up;
+        slot.last_epoch = 0;
+        self.report.starts += 1;
+    }
+
+    fn deliver(&mut self, to: usize, bytes: &[u8]) {
+        match self.slots[to].endpoint.as_mut() {
+            Some(endpoint) => {
+                self.network.stats.delivered += 1;
+                self.report.trace_hash = fnv(self.report.trace_hash, bytes);
+                endpoint.handle_datagram(self.now, bytes);
+            }
+            None => self.network.stats.to_dead += 1,
+        }
+    }
+
+    fn run_timers(&mut self) {
+        for index in 0..self.slots.len() {
+            match self.slots[index].state {
+                SlotState::Down { restart_at } if restart_at <= self.now => self.start(index),
+                SlotState::Leaving { since } => {
+                    let done = self.slots[index]
+                        .endpoint
+                        .as_ref()
+                        .is_none_or(Endpoint::is_drained);
+                    let patience = self.config.endpoint.gms.leave_timeout * 4;
+                    if done || self.now >= since + patience {
+                        if let Some(endpoint) = self.slots[index].endpoint.take() {
+                            report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+                        }
+                        let downtime = Duration::from_millis(self.rng.between(200, 2_000));
+                        self.slots[index].state = SlotState::Down {
+                            restart_at: self.now + downtime,
+                        };
+                    } else if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
+                        if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
+                            endpoint.handle_timeout(self.now);
+                        }
+                    }
+                }
+                SlotState::Up => {
+                    if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
+                        if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
+                            endpoint.handle_timeout(self.now);
+                        }
+                    }
+                }
+                SlotState::Down { .. } => {}
+            }
+        }
+    }
+
+    /// Moves every node's datagrams into the network and checks every event.
+    fn flush(&mut self) -> Result<(), Violation> {
+        for index in 0..self.slots.len() {
+            let mut transmits = Vec::new();
+            let mut events = Vec::new();
+            if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
+                transmits.extend(std::iter::from_fn(|| endpoint.poll_transmit()));
+                events.extend(std::iter::from_fn(|| endpoint.poll_event()));
+            }
+            for transmit in transmits {
+                match transmit.destination {
+                    Destination::Member(addr) => {
+                        if let Some(to) = self.slots.iter().position(|s| s.addr == addr) {
+                            self.network
+                                .send(&mut self.rng, self.now, index, to, transmit.bytes);
+                        }
+                    }
+                    Destination::Discovery => {
+                        for to in (0..self.slots.len()).filter(|to| *to != index) {
+                            self.network.send(
+                                &mut self.rng,
+                                self.now,
+                                index,
+                                to,
+                                transmit.bytes.clone(),
+                            );
+                        }
+                    }
+                }
+            }
+            for event in events {
+                self.check_event(index, event)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_event(&mut self, index: usize, event: EndpointEvent) -> Result<(), Violation> {
+        let EndpointEvent::ViewInstalled { view, .. } = event else {
+            return Ok(());
+        };
+        self.report.views_installed += 1;
+        self.report.trace_hash = fnv(self.report.trace_hash, &view.epoch().to_le_bytes());
+        let slot = &mut self.slots[index];
+        let previous = slot.last_epoch;
+        slot.last_epoch = view.epoch();
+        if view.epoch() <= previous {
+            return Err(self.violation(
+                "view epochs strictly increase at each member",
+                format!("node {index} installed {view} after epoch {previous}"),
+            ));
+        }
+        let local = self.slots[index]
+            .endpoint
+            .as_ref()
+            .map(|e| e.local().clone());
+        if local.is_some_and(|l| !view.contains(&l)) {
+            return Err(self.violation(
+                "a member only installs views that contain it",
+                format!("node {index} installed {view}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_exclusions(&mut self) -> Result<(), Violation> {
+        let now = self.now;
+        let quiet_before = self.config.endpoint.gms.announce_interval * 3
+            + self.config.endpoint.gms.suspect_timeout;
+        let due: Vec<Crash> = {
+            let (due, pending) = std::mem::take(&mut self.crashes)
+                .into_iter()
+                .partition(|c| c.deadline <= now);
+            self.crashes = pending;
+            due
+        };
+        for crash in due {
+            let isolated = self
+                .fault_times
+                .iter()
+                .all(|t| *t == crash.at || *t + quiet_before < crash.at || *t > crash.deadline);
+            if !isolated {
+                continue;
+            }
+            self.report.exclusions_checked += 1;
+            for (index, slot) in self.slots.iter().enumerate() {
+                let Some(endpoint) = &slot.endpoint else {
+                    continue;
+                };
+                if endpoint.view().is_some_and(|v| v.contains(&crash.member)) {
+                    return Err(self.violation(
+                        "a crashed member is excluded within the suspect timeout plus a bound",
+                        format!(
+                            "node {index} still has {} (crashed at {:?}) in {}",
+                            crash.member,
+                            crash.at,
+                            endpoint.view().map(ToString::to_string).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn converged(&self) -> bool {
+        let mut live = Vec::new();
+        for slot in &self.slots {
+            match (&slot.state, &slot.endpoint) {
+                (SlotState::Up, Some(endpoint)) if endpoint.state() == MembershipState::Member => {
+                    live.push(endpoint);
+                }
+                _ => return false,
+            }
+        }
+        let Some(first) = live.first().and_then(|e| e.view()) else {
+            return false;
+        };
+        live.len() == first.len()
+            && live
+                .iter()
+                .all(|e| e.view() == Some(first) && first.contains(e.local()))
+    }
+
+    fn no_convergence(&self) -> Violation {
+        let views: Vec<String> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match &s.endpoint {
+                Some(e) => format!(
+                    "node {i} {:?} {}",
+                    e.state(),
+                    e.view().map(ToString::to_string).unwrap_or_default()
+                ),
+                None => format!("node {i} down"),
+            })
+            .collect();
+        self.violation(
+            "once faults stop, all live members install one identical view within the calm bound",
+            views.join("; "),
+        )
+    }
+
+    fn finish(mut self) -> Report {
+        for slot in &self.slots {
+            if let Some(endpoint) = &slot.endpoint {
+                report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+            }
+        }
+        self.report.virtual_time = self.now - Instant::ZERO;
+        self.report.network = self.network.stats;
+        self.report
+    }
+
+    fn violation(&self, invariant: &'static str, detail: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            step: self.report.steps,
+            at: self.now,
+            invariant,
+            detail,
+        }
+    }
+}
+
+fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
+    if hash == 0 {
+        hash = 0xcbf2_9ce4_8422_2325;
+    }
+    for b in bytes {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}

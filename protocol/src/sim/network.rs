@@ -1,0 +1,147 @@
+//! The simulated network: datagrams in flight with delay, loss, duplication and partitions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::rng::SimRng;
+use crate::time::Instant;
+
+/// A datagram in flight to a node slot.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// Link conditions, changed by the fault schedule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Conditions {
+    pub(crate) loss: f64,
+    pub(crate) duplicate: f64,
+    pub(crate) min_delay: Duration,
+    pub(crate) max_delay: Duration,
+}
+
+/// Counters of what the network did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetworkStats {
+    /// Datagrams handed to the network.
+    pub sent: u64,
+    /// Datagrams delivered to a live node.
+    pub delivered: u64,
+    /// Datagrams lost at random.
+    pub lost: u64,
+    /// Extra copies injected.
+    pub duplicated: u64,
+    /// Datagrams dropped by a partition.
+    pub partitioned: u64,
+    /// Datagrams that arrived at a crashed node.
+    pub to_dead: u64,
+}
+
+/// Datagrams in flight, ordered by delivery time, then by send order (for determinism).
+#[derive(Debug)]
+pub(crate) struct Network {
+    in_flight: BTreeMap<(Instant, u64), InFlight>,
+    next_id: u64,
+    /// Which side of the current partition each slot is on (all 0 when healed).
+    side: Vec<u8>,
+    pub(crate) conditions: Conditions,
+    pub(crate) stats: NetworkStats,
+}
+
+impl Network {
+    pub(crate) fn new(nodes: usize, conditions: Conditions) -> Self {
+        Self {
+            in_flight: BTreeMap::new(),
+            next_id: 0,
+            side: vec![0; nodes],
+            conditions,
+            stats: NetworkStats::default(),
+        }
+    }
+
+    pub(crate) fn connected(&self, a: usize, b: usize) -> bool {
+        self.side[a] == self.side[b]
+    }
+
+    pub(crate) fn is_partitioned(&self) -> bool {
+        self.side.iter().any(|s| *s != 0)
+    }
+
+    pub(crate) fn partition(&mut self, side_one: &[usize]) {
+        for (i, s) in self.side.iter_mut().enumerate() {
+            *s = u8::from(side_one.contains(&i));
+        }
+    }
+
+    pub(crate) fn heal(&mut self) {
+        self.side.fill(0);
+    }
+
+    /// Queues `bytes` from `from` to `to`, applying loss, duplication, delay and partitions.
+    pub(crate) fn send(
+        &mut self,
+        rng: &mut SimRng,
+        now: Instant,
+        from: usize,
+        to: usize,
+        bytes: Vec<u8>,
+    ) {
+        self.stats.sent += 1;
+        if !self.connected(from, to) {
+            self.stats.partitioned += 1;
+            return;
+        }
+        if rng.chance(self.conditions.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        if rng.chance(self.conditions.duplicate) {
+            self.stats.duplicated += 1;
+            let at = now + self.delay(rng);
+            self.push(
+                at,
+                InFlight {
+                    from,
+                    to,
+                    bytes: bytes.clone(),
+                },
+            );
+        }
+        let at = now + self.delay(rng);
+        self.push(at, InFlight { from, to, bytes });
+    }
+
+    fn delay(&self, rng: &mut SimRng) -> Duration {
+        let lo = u64::try_from(self.conditions.min_delay.as_nanos()).unwrap_or(u64::MAX);
+        let hi = u64::try_from(self.conditions.max_delay.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(rng.between(lo, hi.max(lo)))
+    }
+
+    fn push(&mut self, at: Instant, datagram: InFlight) {
+        self.in_flight.insert((at, self.next_id), datagram);
+        self.next_id += 1;
+    }
+
+    pub(crate) fn next_delivery(&self) -> Option<Instant> {
+        self.in_flight.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Takes the next datagram due at or before `now`; a partition that began while it was in
+    /// flight drops it.
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<InFlight> {
+        loop {
+            let (&(at, id), _) = self.in_flight.iter().next()?;
+            if at > now {
+                return None;
+            }
+            let datagram = self.in_flight.remove(&(at, id))?;
+            if self.connected(datagram.from, datagram.to) {
+                return Some(datagram);
+            }
+            self.stats.partitioned += 1;
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! What a simulation run exercised, and how it failed.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::network::NetworkStats;
+use crate::gms::GmsStats;
+use crate::time::Instant;
+
+/// What one seed exercised. A run that never reached a fault cannot pass as one that survived
+/// it: every counter is here to be checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Steps taken (deliveries, timer rounds, faults).
+    pub steps: u64,
+    /// Virtual time at the end of the run.
+    pub virtual_time: Duration,
+    /// What the network did.
+    pub network: NetworkStats,
+    /// Partitions started.
+    pub partitions: u64,
+    /// Partitions healed (including the final heal).
+    pub partitions_healed: u64,
+    /// Nodes crashed (any role).
+    pub crashes: u64,
+    /// Crashes of a node that coordinated a view of two or more members.
+    pub coordinator_crashes: u64,
+    /// Nodes restarted as new incarnations (including the first start).
+    pub starts: u64,
+    /// Graceful leaves.
+    pub leaves: u64,
+    /// Changes of loss and duplication rates.
+    pub link_changes: u64,
+    /// Crashes whose exclusion deadline was checked (the crash was isolated from other faults).
+    pub exclusions_checked: u64,
+    /// Membership counters summed over every incarnation.
+    pub gms: GmsStats,
+    /// Views installed, counted from events at every member.
+    pub views_installed: u64,
+    /// Virtual time from the end of the faults until every live member had one view.
+    pub converged_after: Duration,
+    /// A hash of everything delivered and installed: equal for equal runs.
+    pub trace_hash: u64,
+}
+
+impl Report {
+    /// Adds the counters of `other` (for totals over many seeds).
+    pub fn accumulate(&mut self, other: &Report) {
+        self.steps += other.steps;
+        self.virtual_time += other.virtual_time;
+        let (n, o) = (&mut self.network, &other.network);
+        n.sent += o.sent;
+        n.delivered += o.delivered;
+        n.lost += o.lost;
+        n.duplicated += o.duplicated;
+        n.partitioned += o.partitioned;
+        n.to_dead += o.to_dead;
+        self.partitions += other.partitions;
+        self.partitions_healed += other.partitions_healed;
+        self.crashes += other.crashes;
+        self.coordinator_crashes += other.coordinator_crashes;
+        self.starts += other.starts;
+        self.leaves += other.leaves;
+        self.link_changes += other.link_changes;
+        self.exclusions_checked += other.exclusions_checked;
+        add_gms(&mut self.gms, &other.gms);
+        self.views_installed += other.views_installed;
+        self.converged_after = self.converged_after.max(other.converged_after);
+    }
+}
+
+pub(crate) fn add_gms(total: &mut GmsStats, s: &GmsStats) {
+    total.views_installed += s.views_installed;
+    total.founded += s.founded;
+    total.joins_accepted += s.joins_accepted;
+    total.members_excluded += s.members_excluded;
+    total.leaves_accepted += s.leaves_accepted;
+    total.takeovers += s.takeovers;
+    total.merges_led += s.merges_led;
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "steps               {}", self.steps)?;
+        writeln!(
+            f,
+            "virtual time        {:.1} s",
+            self.virtual_time.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "datagrams           {} sent, {} delivered, {} lost, {} duplicated, {} cut by partitions, {} to dead nodes",
+            self.network.sent,
+            self.network.delivered,
+            self.network.lost,
+            self.network.duplicated,
+            self.network.partitioned,
+            self.network.to_dead
+        )?;
+        writeln!(
+            f,
+            "faults              {} partitions ({} healed), {} crashes ({} of coordinators), {} leaves, {} link changes",
+            self.partitions,
+            self.partitions_healed,
+            self.crashes,
+            self.coordinator_crashes,
+            self.leaves,
+            self.link_changes
+        )?;
+        writeln!(f, "node starts         {}", self.starts)?;
+        writeln!(
+            f,
+            "membership          {} views installed, {} founded, {} joins, {} excluded, {} leaves, {} takeovers, {} merges",
+            self.views_installed,
+            self.gms.founded,
+            self.gms.joins_accepted,
+            self.gms.members_excluded,
+            self.gms.leaves_accepted,
+            self.gms.takeovers,
+            self.gms.merges_led
+        )?;
+        writeln!(f, "exclusions checked  {}", self.exclusions_checked)?;
+        write!(
+            f,
+            "slowest convergence {:.2} s after faults stopped",
+            self.converged_after.as_secs_f64()
+        )
+    }
+}
+
+/// An invariant broken during a run, with what is needed to replay it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The seed that replays the run.
+    pub seed: u64,
+    /// The step at which the checker fired.
+    pub step: u64,
+    /// Virtual time at which the checker fired.
+    pub at: Instant,
+    /// The invariant, in words.
+    pub invariant: &'static str,
+    /// What was observed.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "invariant violated: {}\n  seed {}, step {}, {:?}\n  {}",
+            self.invariant, self.seed, self.step, self.at, self.detail
+        )?;
+        write!(
+            f,
+            "  replay: CONCLAVE_SIM_SEED={} cargo test -p conclave-protocol --features sim --release --test simulation replay -- --nocapture",
+            self.seed
+        )
+    }
+}
+
+impl std::error::Error for Violation {}

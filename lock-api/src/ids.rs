@@ -47,7 +47,11 @@ impl MemberId {
     /// # Errors
     /// [`MemberNameError`] if `name` is longer than [`MemberId::MAX_NAME_LEN`] bytes or contains
     /// control characters. Names decoded from the network are checked the same way.
-    pub fn new(incarnation: u128, name: &str, mut addr: SocketAddr) -> Result<Self, MemberNameError> {
+    pub fn new(
+        incarnation: u128,
+        name: &str,
+        mut addr: SocketAddr,
+    ) -> Result<Self, MemberNameError> {
         if let SocketAddr::V6(v6) = &mut addr {
             v6.set_flowinfo(0);
         }

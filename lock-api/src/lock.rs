@@ -105,7 +105,9 @@ impl LockMode {
 /// assert!(FencingToken::new(3, 0) > FencingToken::new(2, 999));
 /// assert_eq!(FencingToken::new(3, 7).epoch(), 3);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {

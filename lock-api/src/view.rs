@@ -187,8 +187,14 @@ mod tests {
 
     #[test]
     fn view_ids_order_by_epoch_first() {
-        let a = ViewId { epoch: 2, coordinator: member(9) };
-        let b = ViewId { epoch: 3, coordinator: member(1) };
+        let a = ViewId {
+            epoch: 2,
+            coordinator: member(9),
+        };
+        let b = ViewId {
+            epoch: 3,
+            coordinator: member(1),
+        };
         assert!(a < b);
     }
 }

@@ -120,7 +120,12 @@ fn arb_socket_addr() -> BoxedStrategy<SocketAddr> {
     prop_oneof![
         (any::<[u8; 4]>(), any::<u16>()).prop_map(SocketAddr::from),
         (any::<u128>(), any::<u16>(), any::<u32>(), any::<u32>()).prop_map(
-            |(ip, port, flow, scope)| SocketAddr::V6(SocketAddrV6::new(ip.into(), port, flow, scope))
+            |(ip, port, flow, scope)| SocketAddr::V6(SocketAddrV6::new(
+                ip.into(),
+                port,
+                flow,
+                scope
+            ))
         ),
         (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| {
             let ip = std::net::Ipv4Addr::from(ip).to_ipv6_mapped();
@@ -255,12 +260,14 @@ fn arb_gms_message() -> BoxedStrategy<GmsMessage> {
 
 fn arb_held_lock() -> BoxedStrategy<HeldLock> {
     (
+        arb_request_id(),
         arb_lock_name(),
         arb_owner_id(),
         arb_lock_mode(),
         arb_token(),
     )
-        .prop_map(|(name, owner, mode, token)| HeldLock {
+        .prop_map(|(request, name, owner, mode, token)| HeldLock {
+            request,
             name,
             owner,
             mode,
@@ -275,12 +282,14 @@ fn arb_pending_request() -> BoxedStrategy<PendingRequest> {
         arb_lock_name(),
         arb_owner_id(),
         arb_lock_mode(),
+        any::<bool>(),
     )
-        .prop_map(|(request, name, owner, mode)| PendingRequest {
+        .prop_map(|(request, name, owner, mode, wait)| PendingRequest {
             request,
             name,
             owner,
             mode,
+            wait,
         })
         .boxed()
 }

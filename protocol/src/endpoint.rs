@@ -11,10 +11,13 @@ use std::net::SocketAddr;
 use conclave_lock_api::wire::{
     self, ClusterId, DecodeError, Frame, Message, Packet, PACKET_OVERHEAD_MAX,
 };
-use conclave_lock_api::{MemberId, View};
+use conclave_lock_api::{MemberId, RequestId, View};
 use tracing::{debug, trace, warn};
 
 use crate::gms::{Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
+use crate::locking::{
+    GrantorStats, HoldInfo, HoldStatus, LockConfig, LockNotice, LockRequest, LockService, NotHeld,
+};
 use crate::reliable::{self, Reliable};
 use crate::time::Instant;
 
@@ -25,6 +28,8 @@ pub struct EndpointConfig {
     pub gms: GmsConfig,
     /// Reliable delivery: windows, retransmission, memory bounds.
     pub reliable: reliable::Config,
+    /// Locking: partition policy, reconciliation, leases.
+    pub locks: LockConfig,
 }
 
 impl EndpointConfig {
@@ -33,6 +38,7 @@ impl EndpointConfig {
         Self {
             gms: GmsConfig::local(),
             reliable: reliable::Config::default(),
+            locks: LockConfig::local(),
         }
     }
 }
@@ -67,6 +73,8 @@ pub enum EndpointEvent {
     },
     /// This member has left the cluster.
     Left,
+    /// A lock request was answered or a held lock changed.
+    Lock(LockNotice),
 }
 
 /// Counters of the endpoint and its layers.
@@ -76,6 +84,8 @@ pub struct EndpointStats {
     pub gms: GmsStats,
     /// Reliable-delivery counters.
     pub reliable: reliable::Stats,
+    /// Grantor counters.
+    pub grantor: GrantorStats,
     /// Datagrams dropped because they belong to another cluster.
     pub dropped_foreign: u64,
     /// Datagrams dropped because of an unsupported protocol version.
@@ -119,6 +129,7 @@ pub struct Endpoint {
     local: MemberId,
     gms: Gms,
     reliable: Reliable,
+    locks: LockService,
     transmits: VecDeque<Transmit>,
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
@@ -140,6 +151,7 @@ impl Endpoint {
             cluster: ClusterId::from_name(cluster),
             gms: Gms::new(local.clone(), config.gms),
             reliable: Reliable::new(local.clone(), config.reliable, fragment),
+            locks: LockService::new(local.clone(), config.locks),
             local,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -178,6 +190,7 @@ impl Endpoint {
         EndpointStats {
             gms: self.gms.stats(),
             reliable: self.reliable.stats(),
+            grantor: self.locks.grantor_stats(),
             ..self.stats.clone()
         }
     }
@@ -186,6 +199,50 @@ impl Endpoint {
     #[cfg(feature = "sim")]
     pub fn gms_mut(&mut self) -> &mut Gms {
         &mut self.gms
+    }
+
+    /// The locking layer (read-only: tables, holds, counters).
+    pub fn locks(&self) -> &LockService {
+        &self.locks
+    }
+
+    /// The locking layer, to break it on purpose or read its grant log in simulator tests.
+    #[cfg(feature = "sim")]
+    pub fn locks_mut(&mut self) -> &mut LockService {
+        &mut self.locks
+    }
+
+    /// Asks for a lock; the answer comes as [`EndpointEvent::Lock`]. See [`LockService::lock`].
+    pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
+        let id = self.locks.lock(now, request);
+        self.pump(now);
+        id
+    }
+
+    /// Withdraws a pending lock request. See [`LockService::cancel`].
+    pub fn cancel(&mut self, now: Instant, request: RequestId) {
+        self.locks.cancel(now, request);
+        self.pump(now);
+    }
+
+    /// Releases the lock acquired by `request`. See [`LockService::unlock`].
+    ///
+    /// # Errors
+    /// [`NotHeld`] if the request holds no lock here.
+    pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.locks.unlock(now, request)?;
+        self.pump(now);
+        Ok(())
+    }
+
+    /// The status of the lock acquired by `request`, if held here.
+    pub fn lock_status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
+        self.locks.status(now, request)
+    }
+
+    /// Every lock held on this member with its status at `now`.
+    pub fn holds(&self, now: Instant) -> Vec<HoldInfo> {
+        self.locks.holds(now)
     }
 
     /// Starts joining the cluster.
@@ -213,13 +270,16 @@ impl Endpoint {
         }
         match frame {
             Frame::Discovery(discovery) => self.gms.handle_discovery(now, &sender, discovery),
-            Frame::Heartbeat { epoch } => self.gms.handle_heartbeat(now, &sender, epoch),
+            Frame::Heartbeat { epoch } => {
+                self.locks.note_alive(now, &sender);
+                self.gms.handle_heartbeat(now, &sender, epoch);
+            }
             Frame::Data(segment) => {
-                self.gms.note_alive(now, &sender);
+                self.note_alive(now, &sender);
                 self.reliable.handle_segment(now, &sender, segment);
             }
             Frame::Ack(ack) => {
-                self.gms.note_alive(now, &sender);
+                self.note_alive(now, &sender);
                 self.reliable.handle_ack(now, &sender, ack);
             }
         }
@@ -230,7 +290,13 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.gms.handle_timeout(now);
         self.reliable.handle_timeout(now);
+        self.locks.handle_timeout(now);
         self.pump(now);
+    }
+
+    fn note_alive(&mut self, now: Instant, from: &MemberId) {
+        self.gms.note_alive(now, from);
+        self.locks.note_alive(now, from);
     }
 
     /// The next datagram to send.
@@ -248,10 +314,14 @@ impl Endpoint {
     /// When [`Endpoint::handle_timeout`] should next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.gms.poll_timeout(), self.reliable.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.gms.poll_timeout(),
+            self.reliable.poll_timeout(),
+            self.locks.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Moves outputs between the layers until none has anything left.
@@ -266,14 +336,20 @@ impl Endpoint {
                 progressed = true;
                 match wire::decode_message(&bytes) {
                     Ok(Message::Gms(message)) => self.gms.handle_message(now, &from, message),
-                    Ok(Message::Lock(message)) => {
-                        trace!(%from, ?message, "lock message before the lock layer exists; dropped");
-                    }
+                    Ok(Message::Lock(message)) => self.locks.handle_message(now, &from, message),
                     Err(error) => {
                         warn!(%from, %error, "undecodable message from a member; dropped");
                         self.stats.dropped_malformed += 1;
                     }
                 }
+            }
+            while let Some((to, message)) = self.locks.poll_transmit() {
+                progressed = true;
+                self.send_reliably(now, &to, Message::Lock(message));
+            }
+            while let Some(notice) = self.locks.poll_notice() {
+                progressed = true;
+                self.events.push_back(EndpointEvent::Lock(notice));
             }
             while let Some((to, frame)) = self.reliable.poll_transmit() {
                 progressed = true;
@@ -281,12 +357,14 @@ impl Endpoint {
             }
             while let Some(event) = self.gms.poll_event() {
                 progressed = true;
-                self.events.push_back(match event {
+                match event {
                     GmsEvent::ViewInstalled { view, origin } => {
-                        EndpointEvent::ViewInstalled { view, origin }
+                        self.locks.handle_view(now, &view, origin);
+                        self.events
+                            .push_back(EndpointEvent::ViewInstalled { view, origin });
                     }
-                    GmsEvent::Left => EndpointEvent::Left,
-                });
+                    GmsEvent::Left => self.events.push_back(EndpointEvent::Left),
+                }
             }
             if !progressed {
                 return;
@@ -296,15 +374,7 @@ impl Endpoint {
 
     fn handle_gms_output(&mut self, now: Instant, output: GmsOutput) {
         match output {
-            GmsOutput::Send { to, message } => {
-                let bytes = match wire::encode_message(&Message::Gms(message)) {
-                    Ok(bytes) => bytes,
-                    Err(error) => return warn!(%error, "could not encode a membership message"),
-                };
-                if let Err(error) = self.reliable.send(now, &to, bytes) {
-                    warn!(%to, %error, "could not queue a membership message");
-                }
-            }
+            GmsOutput::Send { to, message } => self.send_reliably(now, &to, Message::Gms(message)),
             GmsOutput::Heartbeat { to, epoch } => {
                 self.transmit(Destination::Member(to.addr()), Frame::Heartbeat { epoch });
             }
@@ -315,6 +385,16 @@ impl Endpoint {
                 self.transmit(Destination::Member(to), Frame::Discovery(discovery));
             }
             GmsOutput::Forget(member) => self.reliable.remove_peer(&member),
+        }
+    }
+
+    fn send_reliably(&mut self, now: Instant, to: &MemberId, message: Message) {
+        let bytes = match wire::encode_message(&message) {
+            Ok(bytes) => bytes,
+            Err(error) => return warn!(%error, "could not encode a message"),
+        };
+        if let Err(error) = self.reliable.send(now, to, bytes) {
+            warn!(%to, %error, "could not queue a message");
         }
     }
 

@@ -7,11 +7,14 @@
 //!
 //! - [`reliable`]: per-peer reliable, ordered, fragmenting delivery over lossy datagrams.
 //! - [`gms`]: group membership: discovery, join, leave, failure detection, takeover, merge.
+//! - [`locking`]: the grantor's lock table, clients, reconciliation, duplicate locks, fencing
+//!   tokens and partition policies.
 //! - [`Endpoint`]: one member's stack on the wire, datagrams in and out.
 //! - `sim` (feature `sim`): the deterministic cluster simulator.
 
 mod endpoint;
 pub mod gms;
+pub mod locking;
 pub mod reliable;
 #[cfg(feature = "sim")]
 pub mod sim;

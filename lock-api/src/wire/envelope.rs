@@ -62,9 +62,9 @@ impl Header {
     /// [`DecodeError::Truncated`] if `bytes` is shorter than [`HEADER_LEN`],
     /// [`DecodeError::BadMagic`] if it does not start with [`MAGIC`].
     pub fn read(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::Truncated {
-            len: bytes.len(),
-        })?;
+        let header = bytes
+            .get(..HEADER_LEN)
+            .ok_or(DecodeError::Truncated { len: bytes.len() })?;
         if header[..4] != MAGIC {
             return Err(DecodeError::BadMagic);
         }
@@ -86,7 +86,10 @@ mod tests {
         // FNV-1a of the empty string is the offset basis; pinned so the hash never changes.
         assert_eq!(ClusterId::from_name("").0, 0xcbf2_9ce4_8422_2325);
         assert_eq!(ClusterId::from_name("a").0, 0xaf63_dc4c_8601_ec8c);
-        assert_ne!(ClusterId::from_name("orders"), ClusterId::from_name("billing"));
+        assert_ne!(
+            ClusterId::from_name("orders"),
+            ClusterId::from_name("billing")
+        );
     }
 
     #[test]

@@ -108,6 +108,8 @@ pub enum GmsMessage {
 /// A lock held by a member, reported during reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldLock {
+    /// The request that acquired the lock; with the member it names the grant.
+    pub request: RequestId,
     /// The lock.
     pub name: LockName,
     /// The holding owner.
@@ -129,12 +131,14 @@ pub struct PendingRequest {
     pub owner: OwnerId,
     /// The mode asked for.
     pub mode: LockMode,
+    /// Whether the request waits in the queue (`false` for a try-lock).
+    pub wait: bool,
 }
 
 /// A release not yet acknowledged by a grantor, reported during reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRelease {
-    /// The release request.
+    /// The request that acquired the lock being released.
     pub request: RequestId,
     /// The lock.
     pub name: LockName,
@@ -160,16 +164,19 @@ pub enum LockMessage {
         /// Whether to queue when the lock is busy.
         wait: bool,
     },
-    /// Client → grantor: withdraw a waiting request.
+    /// Client → grantor: withdraw a request; if it was granted meanwhile, release it.
+    /// Answered by [`LockMessage::Denied`].
     Cancel {
         /// The request to withdraw.
         request: RequestId,
         /// The lock it asked for.
         name: LockName,
     },
-    /// Client → grantor: release a held lock.
+    /// Client → grantor: release a held lock. Idempotent: releasing a grant the grantor does
+    /// not know is acknowledged too.
     Unlock {
-        /// The release request, acknowledged by [`LockMessage::UnlockAck`].
+        /// The request that acquired the lock; it names the grant being released and is echoed
+        /// by [`LockMessage::UnlockAck`].
         request: RequestId,
         /// The lock.
         name: LockName,
@@ -187,7 +194,8 @@ pub enum LockMessage {
         /// The fencing token of the grant.
         token: FencingToken,
     },
-    /// Grantor → client: the request is refused (try-lock of a busy lock, or cancelled).
+    /// Grantor → client: the request is refused (try-lock of a busy lock) or withdrawn (answer
+    /// to [`LockMessage::Cancel`]).
     Denied {
         /// The request.
         request: RequestId,
@@ -196,7 +204,7 @@ pub enum LockMessage {
     },
     /// Grantor → client: a release was applied.
     UnlockAck {
-        /// The release request.
+        /// The request that acquired the released lock.
         request: RequestId,
     },
     /// New grantor → every member: report your locks (reconciliation).

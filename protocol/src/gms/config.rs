@@ -118,7 +118,10 @@ mod tests {
 
     #[test]
     fn bad_configs_are_named() {
-        let zero = GmsConfig { join_timeout: Duration::ZERO, ..GmsConfig::default() };
+        let zero = GmsConfig {
+            join_timeout: Duration::ZERO,
+            ..GmsConfig::default()
+        };
         assert_eq!(zero.validate(), Err(GmsConfigError::Zero("join_timeout")));
         let short = GmsConfig {
             suspect_timeout: Duration::from_millis(600),

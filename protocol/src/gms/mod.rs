@@ -767,7 +767,12 @@ impl Gms {
             }
         }
         if self.skip_epoch_check() {
-            epoch = candidates.values().map(|(v, _)| v.epoch()).chain([view.epoch()]).max().unwrap_or(epoch);
+            epoch = candidates
+                .values()
+                .map(|(v, _)| v.epoch())
+                .chain([view.epoch()])
+                .max()
+                .unwrap_or(epoch);
         }
         let Ok(merged) = View::new(epoch, members) else {
             return;

@@ -13,7 +13,12 @@ struct Net {
 
 fn member(n: u8) -> MemberId {
     // Incarnations ordered by n: member(1) < member(2) < ...
-    MemberId::new(u128::from(n) << 100, &format!("m{n}"), SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(n)))).unwrap()
+    MemberId::new(
+        u128::from(n) << 100,
+        &format!("m{n}"),
+        SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(n))),
+    )
+    .unwrap()
 }
 
 impl Net {
@@ -56,14 +61,18 @@ impl Net {
                         self.index_of(to).into_iter().collect()
                     }
                     GmsOutput::Discover(_) => (0..self.nodes.len()).filter(|j| *j != i).collect(),
-                    GmsOutput::DiscoveryReply { to, .. } => self.index_of_addr(*to).into_iter().collect(),
+                    GmsOutput::DiscoveryReply { to, .. } => {
+                        self.index_of_addr(*to).into_iter().collect()
+                    }
                     GmsOutput::Forget(_) => vec![],
                 };
                 for j in targets {
                     if self.cut[i][j] {
                         continue;
                     }
-                    let Some(g) = self.nodes[j].as_mut() else { continue };
+                    let Some(g) = self.nodes[j].as_mut() else {
+                        continue;
+                    };
                     match out.clone() {
                         GmsOutput::Send { message, .. } => g.handle_message(now, &from, message),
                         GmsOutput::Heartbeat { epoch, .. } => g.handle_heartbeat(now, &from, epoch),
@@ -182,7 +191,10 @@ fn crashed_member_is_excluded_after_the_suspect_timeout() {
     let before = net.view(0).unwrap().epoch();
     net.nodes[2] = None;
     net.run_for(Duration::from_millis(200));
-    assert!(net.view(0).unwrap().contains(&member(3)), "not excluded before the timeout");
+    assert!(
+        net.view(0).unwrap().contains(&member(3)),
+        "not excluded before the timeout"
+    );
     net.run_for(Duration::from_millis(400));
     net.assert_one_view_of(&[0, 1]);
     assert!(net.view(0).unwrap().epoch() > before);
@@ -208,14 +220,20 @@ fn graceful_leave_of_member_and_of_coordinator() {
     let now = net.now;
     net.nodes[2].as_mut().unwrap().leave(now);
     net.run_for(Duration::from_millis(100));
-    assert_eq!(net.nodes[2].as_ref().unwrap().state(), MembershipState::Left);
+    assert_eq!(
+        net.nodes[2].as_ref().unwrap().state(),
+        MembershipState::Left
+    );
     assert!(events(net.nodes[2].as_mut().unwrap()).contains(&GmsEvent::Left));
     net.nodes[2] = None;
     net.assert_one_view_of(&[0, 1]);
 
     let now = net.now;
     net.nodes[0].as_mut().unwrap().leave(now);
-    assert_eq!(net.nodes[0].as_ref().unwrap().state(), MembershipState::Left);
+    assert_eq!(
+        net.nodes[0].as_ref().unwrap().state(),
+        MembershipState::Left
+    );
     net.run_for(Duration::from_millis(100));
     net.nodes[0] = None;
     net.assert_one_view_of(&[1]);
@@ -231,7 +249,11 @@ fn partition_then_heal_merges_into_one_view() {
     net.run_for(Duration::from_secs(2));
     net.assert_one_view_of(&[0, 1]);
     net.assert_one_view_of(&[2, 3]);
-    let split_epoch = net.view(2).unwrap().epoch().max(net.view(0).unwrap().epoch());
+    let split_epoch = net
+        .view(2)
+        .unwrap()
+        .epoch()
+        .max(net.view(0).unwrap().epoch());
     net.heal();
     net.run_for(Duration::from_secs(2));
     net.assert_one_view_of(&[0, 1, 2, 3]);
@@ -246,7 +268,11 @@ fn views_apply_only_in_increasing_epoch_order() {
     g.join(now);
     let v5 = View::new(5, vec![member(1), member(2)]).unwrap();
     let v4 = View::new(4, vec![member(1), member(2), member(3)]).unwrap();
-    g.handle_message(now, &member(1), GmsMessage::InstallView { view: v5.clone() });
+    g.handle_message(
+        now,
+        &member(1),
+        GmsMessage::InstallView { view: v5.clone() },
+    );
     g.handle_message(now, &member(1), GmsMessage::InstallView { view: v4 });
     assert_eq!(g.view(), Some(&v5));
     // A view sent by someone other than its coordinator is refused.
@@ -263,6 +289,9 @@ fn non_coordinator_refuses_joins() {
     g.handle_message(Instant::ZERO, &member(3), GmsMessage::JoinRequest);
     assert_eq!(
         g.poll_output(),
-        Some(GmsOutput::Send { to: member(3), message: GmsMessage::NotCoordinator })
+        Some(GmsOutput::Send {
+            to: member(3),
+            message: GmsMessage::NotCoordinator
+        })
     );
 }

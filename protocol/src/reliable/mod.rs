@@ -26,8 +26,15 @@
 //!   incarnation means the old one restarted: its state is dropped, and late datagrams of the
 //!   old incarnation are ignored from then on.
 //!
+//! Exactly-once delivery holds for the life of a receive state. A state forgotten while its
+//! last acknowledgements were still lost (see [`Reliable::remove_peer`] and
+//! [`Config::idle_timeout`]) restarts at the sender's `base` and may deliver those last
+//! messages again; idle eviction only forgets a peer silent for `idle_timeout`, so this needs a
+//! partition longer than that which the membership layer did not act on.
+//!
 //! Everything from the network is validated; hostile input is dropped with a warning and never
-//! makes a peer hold more than about `recv_window` segments plus one message in reassembly.
+//! makes a peer hold more than about `recv_window` segments (each at most
+//! [`MAX_PACKET_LEN`] bytes, what the wire decoder accepts) plus one message in reassembly.
 //!
 //! # Drive loop
 //! ```
@@ -96,7 +103,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use conclave_lock_api::wire::{Ack, Frame, Segment};
+use conclave_lock_api::wire::{Ack, Frame, Segment, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX};
 use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
 
@@ -110,6 +117,10 @@ use send::{AckOutcome, SendStream};
 use timers::{TimerKey, Timers};
 
 use crate::Instant;
+
+/// The largest payload per segment, in bytes: what fits the largest datagram the wire format
+/// decodes ([`MAX_PACKET_LEN`]) after the packet overhead. `max_fragment_len` is clamped to it.
+pub const MAX_FRAGMENT_LEN: usize = MAX_PACKET_LEN - PACKET_OVERHEAD_MAX;
 
 /// Reliable, in-order, exactly-once delivery of messages to and from every peer of one member.
 ///
@@ -138,9 +149,9 @@ impl Reliable {
     /// Creates the layer of member `local`.
     ///
     /// `max_fragment_len` is the payload bytes per segment: the largest datagram the transport
-    /// carries less [`PACKET_OVERHEAD_MAX`](conclave_lock_api::wire::PACKET_OVERHEAD_MAX);
-    /// it is clamped to at least 1. An invalid `config` is clamped into range with a warning;
-    /// check it first with [`Config::validate`].
+    /// carries less [`PACKET_OVERHEAD_MAX`]; it is clamped to `1..=`[`MAX_FRAGMENT_LEN`].
+    /// An invalid `config` is clamped into range with a warning; check it first with
+    /// [`Config::validate`].
     pub fn new(local: MemberId, config: Config, max_fragment_len: usize) -> Self {
         if let Err(error) = config.validate() {
             warn!(%error, "invalid reliable-layer configuration clamped into range");
@@ -148,7 +159,7 @@ impl Reliable {
         Self {
             local,
             config: config.sanitized(),
-            max_fragment_len: max_fragment_len.max(1),
+            max_fragment_len: max_fragment_len.clamp(1, MAX_FRAGMENT_LEN),
             next_stream: 1,
             peers: BTreeMap::new(),
             by_addr: BTreeMap::new(),
@@ -407,6 +418,11 @@ impl Reliable {
     /// Forgets `peer` in both directions (it left the view): messages queued to it are
     /// dropped, and so is whatever it sent that was not complete. Messages from it already
     /// complete stay in [`Reliable::poll_delivered`].
+    ///
+    /// Should the same incarnation talk to us again on the stream it had, a fresh receive
+    /// state starts at the stream's `base`: a message delivered before the removal whose
+    /// acknowledgement never reached the peer is delivered again. Remove a peer only once it
+    /// is out of the view on both sides (or restarted), as the membership layer does.
     pub fn remove_peer(&mut self, peer: &MemberId) {
         if self.drop_peer(peer) {
             debug!(%peer, "peer removed");

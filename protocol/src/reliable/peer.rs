@@ -50,8 +50,6 @@ impl Peer {
     /// Whether forgetting the peer loses nothing: nothing queued, in flight, buffered,
     /// being reassembled or owed.
     pub(crate) fn is_idle(&self) -> bool {
-        !self.ack_owed
-            && !self.has_unacked()
-            && self.recv.as_ref().map_or(true, RecvStream::is_idle)
+        !self.ack_owed && !self.has_unacked() && self.recv.as_ref().is_none_or(RecvStream::is_idle)
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use conclave_lock_api::wire::Segment;
+use conclave_lock_api::wire::{Segment, MAX_PACKET_LEN};
 use conclave_lock_api::MemberId;
 use tracing::{debug, warn};
 
@@ -30,8 +30,10 @@ pub(crate) fn check(segment: &Segment, max_message_len: usize) -> Result<(), &'s
     if segment.fragments as usize > max_message_len.max(1) {
         return Err("fragment count exceeds the message size limit");
     }
-    if segment.payload.0.len() > max_message_len {
-        return Err("payload exceeds the message size limit");
+    // Lenient: the sender's datagrams may be larger than ours, but no larger than any datagram
+    // the wire format decodes. This bounds what the receive window holds.
+    if segment.payload.0.len() > max_message_len.min(MAX_PACKET_LEN) {
+        return Err("payload exceeds the segment size limit");
     }
     if segment.base > segment.seq {
         return Err("base above the sequence number");
@@ -283,6 +285,8 @@ mod tests {
         assert!(check(&seg(1, 1, 1, b"x"), 10).is_err());
         assert!(check(&seg(1, 0, 11, b"x"), 10).is_err());
         assert!(check(&seg(1, 0, 1, &[0; 11]), 10).is_err());
+        assert!(check(&seg(1, 0, 1, &[0; MAX_PACKET_LEN]), 1 << 20).is_ok());
+        assert!(check(&seg(1, 0, 1, &[0; MAX_PACKET_LEN + 1]), 1 << 20).is_err());
         assert!(check(&seg(u64::MAX, 0, 1, b"x"), 10).is_err());
         let mut s = seg(3, 0, 1, b"x");
         s.base = 4;

@@ -584,3 +584,18 @@ fn reliable_is_send_sync_and_debug() {
     let r = Reliable::new(member(1, 1), config(), 10);
     assert!(format!("{r:?}").contains("Reliable"));
 }
+
+#[test]
+fn fragment_length_is_clamped_to_what_the_wire_carries() {
+    let r = Reliable::new(member(1, 1), config(), usize::MAX);
+    assert_eq!(r.max_fragment_len(), MAX_FRAGMENT_LEN);
+    let r = Reliable::new(member(1, 1), config(), 0);
+    assert_eq!(r.max_fragment_len(), 1);
+    // An invalid configuration is clamped, not refused.
+    let bad = Config {
+        send_window: 0,
+        ..Config::default()
+    };
+    let r = Reliable::new(member(1, 1), bad, 10);
+    assert_eq!(r.config().send_window, 1);
+}

@@ -1,0 +1,407 @@
+//! The client role of every member: its pending requests, held locks and pending releases.
+//!
+//! The client talks to the grantor of its current view (the coordinator). It accepts grants
+//! only from that grantor, so a late answer of a former grantor cannot make it hold a lock the
+//! new grantor does not know about. Every release is kept until the grantor acknowledges it
+//! and is resent to, and reported to, a new grantor (JGroups lost unlocks here: JGRP-2234).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
+use conclave_lock_api::{
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
+};
+use tracing::{debug, trace};
+
+use super::{LockNotice, Outbox, Refusal};
+use crate::time::Instant;
+
+/// A request waiting for the grantor's answer.
+#[derive(Clone, Debug)]
+struct Pending {
+    name: LockName,
+    owner: u64,
+    mode: LockMode,
+    wait: bool,
+    deadline: Option<Instant>,
+    sent: bool,
+}
+
+/// A lock this member holds.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    pub(crate) name: LockName,
+    pub(crate) owner: u64,
+    pub(crate) mode: LockMode,
+    pub(crate) token: FencingToken,
+    /// Epoch of this member's view when the grant arrived.
+    pub(crate) granted_in: u64,
+    /// The grantor that granted it.
+    pub(crate) granted_by: MemberId,
+}
+
+/// A release not yet acknowledged.
+#[derive(Clone, Debug)]
+struct Release {
+    name: LockName,
+    owner: u64,
+    token: FencingToken,
+}
+
+/// The client state of one member.
+#[derive(Debug)]
+pub(crate) struct Client {
+    local: MemberId,
+    next_request: u64,
+    pending: BTreeMap<RequestId, Pending>,
+    /// Cancelled requests whose withdrawal the grantor has not confirmed.
+    cancelled: BTreeMap<RequestId, LockName>,
+    held: BTreeMap<RequestId, Held>,
+    releases: BTreeMap<RequestId, Release>,
+    grantor: Option<MemberId>,
+    epoch: u64,
+    /// Sabotage: neither resend nor report pending releases to a new grantor.
+    pub(crate) forget_releases: bool,
+}
+
+impl Client {
+    pub(crate) fn new(local: MemberId) -> Self {
+        Self {
+            local,
+            next_request: 1,
+            pending: BTreeMap::new(),
+            cancelled: BTreeMap::new(),
+            held: BTreeMap::new(),
+            releases: BTreeMap::new(),
+            grantor: None,
+            epoch: 0,
+            forget_releases: false,
+        }
+    }
+
+    fn owner(&self, local: u64) -> OwnerId {
+        OwnerId {
+            member: self.local.clone(),
+            local,
+        }
+    }
+
+    pub(crate) fn grantor(&self) -> Option<&MemberId> {
+        self.grantor.as_ref()
+    }
+
+    pub(crate) fn held(&self) -> impl Iterator<Item = (&RequestId, &Held)> {
+        self.held.iter()
+    }
+
+    pub(crate) fn held_lock(&self, request: RequestId) -> Option<&Held> {
+        self.held.get(&request)
+    }
+
+    pub(crate) fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    pub(crate) fn pending_requests(&self) -> impl Iterator<Item = &RequestId> {
+        self.pending.keys()
+    }
+
+    pub(crate) fn pending_releases(&self) -> usize {
+        self.releases.len()
+    }
+
+    /// Registers a request and sends it if a grantor is known.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lock(
+        &mut self,
+        now: Instant,
+        owner: u64,
+        name: LockName,
+        mode: LockMode,
+        wait: bool,
+        timeout: Option<std::time::Duration>,
+        out: &mut Outbox,
+    ) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        let mut pending = Pending {
+            name,
+            owner,
+            mode,
+            wait,
+            deadline: timeout.map(|t| now + t),
+            sent: false,
+        };
+        if let Some(grantor) = &self.grantor {
+            out.push_back((grantor.clone(), self.lock_message(request, &pending)));
+            pending.sent = true;
+        }
+        self.pending.insert(request, pending);
+        request
+    }
+
+    fn lock_message(&self, request: RequestId, p: &Pending) -> LockMessage {
+        LockMessage::Lock {
+            request,
+            name: p.name.clone(),
+            owner: self.owner(p.owner),
+            mode: p.mode,
+            wait: p.wait,
+        }
+    }
+
+    /// Withdraws a pending request (the caller gave up). Returns whether it was pending.
+    pub(crate) fn cancel(&mut self, request: RequestId, out: &mut Outbox) -> bool {
+        let Some(pending) = self.pending.remove(&request) else {
+            return false;
+        };
+        if let Some(grantor) = &self.grantor {
+            out.push_back((
+                grantor.clone(),
+                LockMessage::Cancel {
+                    request,
+                    name: pending.name.clone(),
+                },
+            ));
+            self.cancelled.insert(request, pending.name);
+        }
+        true
+    }
+
+    /// Releases the lock acquired by `request`: at once for the caller, acknowledged later.
+    pub(crate) fn unlock(&mut self, request: RequestId, out: &mut Outbox) -> bool {
+        let Some(held) = self.held.remove(&request) else {
+            return false;
+        };
+        let release = Release {
+            name: held.name,
+            owner: held.owner,
+            token: held.token,
+        };
+        if let Some(grantor) = &self.grantor {
+            out.push_back((grantor.clone(), self.unlock_message(request, &release)));
+        }
+        self.releases.insert(request, release);
+        true
+    }
+
+    fn unlock_message(&self, request: RequestId, r: &Release) -> LockMessage {
+        LockMessage::Unlock {
+            request,
+            name: r.name.clone(),
+            owner: self.owner(r.owner),
+            token: r.token,
+        }
+    }
+
+    /// A new view: follow its coordinator as grantor. A new grantor gets every pending
+    /// request and release again (it deduplicates), and learns the rest in reconciliation.
+    pub(crate) fn on_view(&mut self, view: &View, out: &mut Outbox) {
+        self.epoch = view.epoch();
+        let grantor = view.coordinator().clone();
+        let changed = self.grantor.as_ref() != Some(&grantor);
+        self.grantor = Some(grantor.clone());
+        if changed {
+            // Nothing of a cancelled request survives a grantor change: the new grantor only
+            // learns requests we report or resend, and we do neither for these.
+            self.cancelled.clear();
+        }
+        let messages: Vec<LockMessage> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| changed || !p.sent)
+            .map(|(r, p)| self.lock_message(*r, p))
+            .collect();
+        for p in self.pending.values_mut() {
+            p.sent = true;
+        }
+        out.extend(messages.into_iter().map(|m| (grantor.clone(), m)));
+        if changed && !self.forget_releases {
+            for (request, release) in &self.releases {
+                out.push_back((grantor.clone(), self.unlock_message(*request, release)));
+            }
+        }
+    }
+
+    /// Marks every held lock lost (minority, lease expiry, shutdown).
+    pub(crate) fn lose_all(&mut self, reason: LockLostReason, notices: &mut VecDeque<LockNotice>) {
+        for (request, held) in std::mem::take(&mut self.held) {
+            debug!(lock = %held.name, %request, ?reason, "lock lost");
+            notices.push_back(LockNotice::Lost {
+                request,
+                name: held.name,
+                owner: held.owner,
+                token: held.token,
+                reason,
+            });
+        }
+    }
+
+    /// Times out pending requests whose deadline passed.
+    pub(crate) fn expire_requests(
+        &mut self,
+        now: Instant,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        let expired: Vec<RequestId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
+            .map(|(r, _)| *r)
+            .collect();
+        for request in expired {
+            if let Some(name) = self.pending.get(&request).map(|p| p.name.clone()) {
+                self.cancel(request, out);
+                notices.push_back(LockNotice::Refused {
+                    request,
+                    name,
+                    reason: Refusal::Timeout,
+                });
+            }
+        }
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.pending.values().filter_map(|p| p.deadline).min()
+    }
+
+    /// Handles an answer of a grantor.
+    pub(crate) fn handle(
+        &mut self,
+        from: &MemberId,
+        message: LockMessage,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        let from_grantor = self.grantor.as_ref() == Some(from);
+        match message {
+            LockMessage::Granted {
+                request,
+                name,
+                token,
+            } => {
+                if !from_grantor {
+                    trace!(%from, %request, "grant from a member that is not our grantor; ignored");
+                    return;
+                }
+                let Some(pending) = self.pending.remove(&request) else {
+                    // Already held (a resend), or cancelled (the cancel releases it).
+                    return;
+                };
+                self.held.insert(
+                    request,
+                    Held {
+                        name: name.clone(),
+                        owner: pending.owner,
+                        mode: pending.mode,
+                        token,
+                        granted_in: self.epoch,
+                        granted_by: from.clone(),
+                    },
+                );
+                notices.push_back(LockNotice::Granted {
+                    request,
+                    name,
+                    owner: pending.owner,
+                    mode: pending.mode,
+                    token,
+                });
+            }
+            LockMessage::Denied { request, name } => {
+                if !from_grantor {
+                    return;
+                }
+                if self.cancelled.remove(&request).is_some() {
+                    return;
+                }
+                if self.pending.remove(&request).is_some() {
+                    notices.push_back(LockNotice::Refused {
+                        request,
+                        name,
+                        reason: Refusal::WouldBlock,
+                    });
+                }
+            }
+            LockMessage::UnlockAck { request } => {
+                if self.releases.remove(&request).is_some() {
+                    notices.push_back(LockNotice::Released { request });
+                }
+            }
+            LockMessage::DuplicateLock { name, owner, token } => {
+                if !from_grantor || owner.member != self.local {
+                    return;
+                }
+                let lost: Vec<RequestId> = self
+                    .held
+                    .iter()
+                    .filter(|(_, h)| h.name == name && h.owner == owner.local && h.token == token)
+                    .map(|(r, _)| *r)
+                    .collect();
+                for request in lost {
+                    if let Some(held) = self.held.remove(&request) {
+                        debug!(lock = %name, %request, "duplicate lock: another holder was kept");
+                        notices.push_back(LockNotice::Lost {
+                            request,
+                            name: held.name,
+                            owner: held.owner,
+                            token: held.token,
+                            reason: LockLostReason::Duplicate,
+                        });
+                    }
+                }
+            }
+            LockMessage::LockInfoRequest { epoch } => {
+                if from_grantor {
+                    out.push_back((from.clone(), self.report(epoch)));
+                }
+            }
+            LockMessage::Lock { .. }
+            | LockMessage::Cancel { .. }
+            | LockMessage::Unlock { .. }
+            | LockMessage::LockInfoResponse { .. } => {}
+        }
+    }
+
+    /// What this member holds, waits for and releases: its reconciliation report.
+    pub(crate) fn report(&self, epoch: u64) -> LockMessage {
+        LockMessage::LockInfoResponse {
+            epoch,
+            held: self
+                .held
+                .iter()
+                .map(|(request, h)| HeldLock {
+                    request: *request,
+                    name: h.name.clone(),
+                    owner: self.owner(h.owner),
+                    mode: h.mode,
+                    token: h.token,
+                })
+                .collect(),
+            pending: self
+                .pending
+                .iter()
+                .map(|(request, p)| PendingRequest {
+                    request: *request,
+                    name: p.name.clone(),
+                    owner: self.owner(p.owner),
+                    mode: p.mode,
+                    wait: p.wait,
+                })
+                .collect(),
+            releases: if self.forget_releases {
+                Vec::new()
+            } else {
+                self.releases
+                    .iter()
+                    .map(|(request, r)| PendingRelease {
+                        request: *request,
+                        name: r.name.clone(),
+                        owner: self.owner(r.owner),
+                        token: r.token,
+                    })
+                    .collect()
+            },
+        }
+    }
+}

@@ -1,0 +1,628 @@
+//! The grantor role of the coordinator: the lock table, reconciliation and duplicate locks.
+//!
+//! Phases: `Idle` (not the grantor), `Reconciling` (a new grantor collects every member's
+//! report and grants nothing; requests that arrive wait in a backlog) and `Serving`.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
+use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
+use tracing::{debug, info, warn};
+
+use super::table::{Holder, LockTable, Verdict, Waiter};
+use super::Outbox;
+use crate::time::Instant;
+
+/// Requests held back while reconciling, at most; more are dropped (their clients resend them
+/// to the next grantor or report them in the next reconciliation).
+const MAX_BACKLOG: usize = 100_000;
+
+/// What the grantor needs to know about the world at each input.
+#[derive(Debug)]
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Instant,
+    pub(crate) view: &'a View,
+    /// The partition policy allows this view to grant, and (majority) a quorum was heard.
+    pub(crate) policy_ok: bool,
+    /// `Majority`: how long a departed member's locks stay fenced (lease + margin).
+    pub(crate) fence: Option<Duration>,
+    pub(crate) reconcile_timeout: Duration,
+}
+
+/// One member's reconciliation report.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    held: Vec<HeldLock>,
+    pending: Vec<PendingRequest>,
+    releases: Vec<PendingRelease>,
+}
+
+#[derive(Debug)]
+struct Reconciliation {
+    epoch: u64,
+    deadline: Instant,
+    awaiting: BTreeSet<MemberId>,
+    reports: Vec<(MemberId, Report)>,
+    backlog: Vec<(MemberId, LockMessage)>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Reconciling(Reconciliation),
+    Serving,
+}
+
+/// Counters of the grantor role.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrantorStats {
+    /// Grants made.
+    pub grants: u64,
+    /// Grants made to a request that had to wait in the queue.
+    pub contended_grants: u64,
+    /// Reconciliations completed.
+    pub reconciliations: u64,
+    /// Holders dropped as duplicates (each told with DUPLICATE-LOCK).
+    pub duplicates_resolved: u64,
+    /// Reports merged after their reconciliation had finished.
+    pub late_reports: u64,
+}
+
+/// Test-only ways to break the grantor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GrantorSabotage {
+    pub(crate) grant_while_reconciling: bool,
+    pub(crate) skip_liveness_recheck: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Grantor {
+    local: MemberId,
+    phase: Phase,
+    pub(crate) table: LockTable,
+    epoch: u64,
+    grace_until: Option<Instant>,
+    pub(crate) stats: GrantorStats,
+    pub(crate) sabotage: GrantorSabotage,
+    /// Grants in the order made, for the simulator's token checker.
+    #[cfg(feature = "sim")]
+    pub(crate) grant_log: Vec<(LockName, conclave_lock_api::FencingToken)>,
+}
+
+impl Grantor {
+    pub(crate) fn new(local: MemberId) -> Self {
+        Self {
+            local,
+            phase: Phase::Idle,
+            table: LockTable::default(),
+            epoch: 0,
+            grace_until: None,
+            stats: GrantorStats::default(),
+            sabotage: GrantorSabotage::default(),
+            #[cfg(feature = "sim")]
+            grant_log: Vec::new(),
+        }
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        !matches!(self.phase, Phase::Idle)
+    }
+
+    pub(crate) fn is_serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving)
+    }
+
+    pub(crate) fn is_reconciling(&self) -> bool {
+        matches!(self.phase, Phase::Reconciling(_))
+    }
+
+    fn may_grant(&self, ctx: &Ctx<'_>) -> bool {
+        let phase_ok = self.is_serving() || self.sabotage.grant_while_reconciling;
+        phase_ok && ctx.policy_ok && self.grace_until.is_none_or(|t| ctx.now >= t)
+    }
+
+    /// Becomes the grantor (or restarts after a merge): asks every member for its report.
+    pub(crate) fn start(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        let epoch = ctx.view.epoch();
+        info!(grantor = %self.local, epoch, members = ctx.view.len(), "reconciling the lock table");
+        self.epoch = epoch;
+        self.table.clear();
+        self.grace_until = ctx.fence.map(|d| ctx.now + d);
+        let awaiting: BTreeSet<MemberId> = ctx.view.members().iter().cloned().collect();
+        for member in &awaiting {
+            out.push_back((member.clone(), LockMessage::LockInfoRequest { epoch }));
+        }
+        self.phase = Phase::Reconciling(Reconciliation {
+            epoch,
+            deadline: ctx.now + ctx.reconcile_timeout,
+            awaiting,
+            reports: Vec::new(),
+            backlog: Vec::new(),
+        });
+    }
+
+    /// Stops being the grantor: forgets the table (the next grantor rebuilds it).
+    pub(crate) fn stop(&mut self) {
+        if self.is_active() {
+            debug!(grantor = %self.local, "no longer the grantor");
+        }
+        self.phase = Phase::Idle;
+        self.table.clear();
+        self.grace_until = None;
+    }
+
+    /// A view change that keeps this member grantor (no merge): drop departed members.
+    pub(crate) fn view_changed(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        self.epoch = self.epoch.max(ctx.view.epoch());
+        if let Phase::Reconciling(r) = &mut self.phase {
+            r.awaiting.retain(|m| ctx.view.contains(m));
+            self.maybe_finish(ctx, out);
+            return;
+        }
+        if !self.is_serving() {
+            return;
+        }
+        let departed: BTreeSet<MemberId> = self
+            .table
+            .holders()
+            .map(|(_, h)| h.owner.member.clone())
+            .filter(|m| !ctx.view.contains(m))
+            .collect();
+        let fenced_until = ctx.fence.map(|d| ctx.now + d);
+        for member in &departed {
+            let locks = self.table.remove_holders_of(member, fenced_until);
+            debug!(%member, locks = locks.len(), "departed member's locks freed");
+        }
+        self.promote_all(ctx, out);
+        // Waiters of departed members that promotion did not reach.
+        self.table.remove_waiters(|m| ctx.view.contains(m));
+    }
+
+    /// Handles a message for the grantor role from `from`.
+    pub(crate) fn handle(
+        &mut self,
+        ctx: &Ctx<'_>,
+        from: &MemberId,
+        message: LockMessage,
+        out: &mut Outbox,
+    ) {
+        if !ctx.view.contains(from) {
+            debug!(%from, "lock message from a non-member; dropped");
+            return;
+        }
+        match message {
+            LockMessage::LockInfoResponse {
+                epoch,
+                held,
+                pending,
+                releases,
+            } => {
+                let report = Report {
+                    held,
+                    pending,
+                    releases,
+                };
+                match &mut self.phase {
+                    Phase::Reconciling(r) if r.epoch == epoch => {
+                        if r.awaiting.remove(from) {
+                            r.reports.push((from.clone(), report));
+                        }
+                        self.maybe_finish(ctx, out);
+                    }
+                    Phase::Serving if epoch == self.epoch => {
+                        debug!(%from, "late lock report merged");
+                        self.stats.late_reports += 1;
+                        self.merge_report(ctx, from, report, out);
+                        self.promote_all(ctx, out);
+                    }
+                    _ => {}
+                }
+            }
+            message => {
+                if let Phase::Reconciling(r) = &mut self.phase {
+                    if !self.sabotage.grant_while_reconciling {
+                        if r.backlog.len() < MAX_BACKLOG {
+                            r.backlog.push((from.clone(), message));
+                        } else {
+                            warn!(%from, "reconciliation backlog full; request dropped");
+                        }
+                        return;
+                    }
+                }
+                if self.is_active() {
+                    self.serve(ctx, from, message, out);
+                }
+            }
+        }
+    }
+
+    /// Timers: the reconciliation deadline, the end of the grace period, fenced locks.
+    pub(crate) fn handle_timeout(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        if let Phase::Reconciling(r) = &self.phase {
+            if ctx.now >= r.deadline {
+                info!(grantor = %self.local, missing = r.awaiting.len(), "reconciliation timed out; using the reports received");
+                self.finish(ctx, out);
+            }
+            return;
+        }
+        self.promote_all(ctx, out);
+    }
+
+    pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        match &self.phase {
+            Phase::Idle => None,
+            Phase::Reconciling(r) => Some(r.deadline),
+            Phase::Serving => {
+                let grace = self
+                    .grace_until
+                    .filter(|t| *t > now && self.table.waiting() > 0);
+                [grace, self.table.next_not_before(now)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            }
+        }
+    }
+
+    fn maybe_finish(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        if matches!(&self.phase, Phase::Reconciling(r) if r.awaiting.is_empty()) {
+            self.finish(ctx, out);
+        }
+    }
+
+    /// Rebuilds the table from the reports, resolves duplicates, applies releases, queues
+    /// pending requests, then serves the backlog.
+    fn finish(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        let Phase::Reconciling(r) = std::mem::replace(&mut self.phase, Phase::Serving) else {
+            return;
+        };
+        self.stats.reconciliations += 1;
+        self.table.clear();
+        let mut reports: Vec<(MemberId, Report)> = r
+            .reports
+            .into_iter()
+            .filter(|(m, _)| ctx.view.contains(m))
+            .collect();
+        reports.sort_by_key(|(m, _)| ctx.view.rank(m));
+        let mut holders: BTreeMap<LockName, Vec<Holder>> = BTreeMap::new();
+        for (member, report) in &reports {
+            for h in &report.held {
+                if h.owner.member == *member {
+                    holders
+                        .entry(h.name.clone())
+                        .or_default()
+                        .push(holder_of(h));
+                }
+            }
+        }
+        for (name, incoming) in holders {
+            self.settle(&name, incoming, out);
+        }
+        for (member, report) in reports {
+            self.apply_releases_and_requests(ctx, &member, report, out);
+        }
+        info!(grantor = %self.local, locks = self.table.len(), "lock table rebuilt; serving");
+        for (from, message) in r.backlog {
+            self.serve(ctx, &from, message, out);
+        }
+        self.promote_all(ctx, out);
+    }
+
+    /// Merges a report that arrived after its reconciliation finished.
+    fn merge_report(&mut self, ctx: &Ctx<'_>, member: &MemberId, report: Report, out: &mut Outbox) {
+        let mut by_name: BTreeMap<LockName, Vec<Holder>> = BTreeMap::new();
+        for h in &report.held {
+            if h.owner.member == *member && self.table.holder(&h.name, member, h.request).is_none()
+            {
+                by_name
+                    .entry(h.name.clone())
+                    .or_default()
+                    .push(holder_of(h));
+            }
+        }
+        for (name, incoming) in by_name {
+            self.settle(&name, incoming, out);
+        }
+        self.apply_releases_and_requests(ctx, member, report, out);
+    }
+
+    /// Puts `incoming` holders of `name` into the table beside the current ones, keeping one
+    /// side of every conflict by the duplicate rule and telling the dropped holders.
+    fn settle(&mut self, name: &LockName, incoming: Vec<Holder>, out: &mut Outbox) {
+        let mut all: Vec<Holder> = Vec::new();
+        for h in self
+            .table
+            .holders()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, h)| h.clone())
+        {
+            all.push(h);
+        }
+        for h in &all {
+            self.table.release(name, &h.owner.member, h.request);
+        }
+        all.extend(incoming);
+        let (kept, dropped) = resolve_duplicates(all);
+        for holder in kept {
+            self.table.insert_holder(name, holder);
+        }
+        for loser in dropped {
+            info!(lock = %name, owner = %loser.owner, token = %loser.token, "duplicate lock; telling the holder");
+            self.stats.duplicates_resolved += 1;
+            self.table.observe_token(loser.token);
+            out.push_back((
+                loser.owner.member.clone(),
+                LockMessage::DuplicateLock {
+                    name: name.clone(),
+                    owner: loser.owner,
+                    token: loser.token,
+                },
+            ));
+        }
+    }
+
+    fn apply_releases_and_requests(
+        &mut self,
+        ctx: &Ctx<'_>,
+        member: &MemberId,
+        report: Report,
+        out: &mut Outbox,
+    ) {
+        for release in report.releases {
+            if release.owner.member == *member {
+                self.serve(
+                    ctx,
+                    member,
+                    LockMessage::Unlock {
+                        request: release.request,
+                        name: release.name,
+                        owner: release.owner,
+                        token: release.token,
+                    },
+                    out,
+                );
+            }
+        }
+        let mut pending = report.pending;
+        pending.sort_by_key(|p| p.request);
+        for p in pending {
+            if p.owner.member == *member {
+                self.serve(
+                    ctx,
+                    member,
+                    LockMessage::Lock {
+                        request: p.request,
+                        name: p.name,
+                        owner: p.owner,
+                        mode: p.mode,
+                        wait: p.wait,
+                    },
+                    out,
+                );
+            }
+        }
+    }
+
+    /// Handles LOCK, CANCEL and UNLOCK.
+    fn serve(&mut self, ctx: &Ctx<'_>, from: &MemberId, message: LockMessage, out: &mut Outbox) {
+        match message {
+            LockMessage::Lock {
+                request,
+                name,
+                owner,
+                mode,
+                wait,
+            } => {
+                if owner.member != *from {
+                    return;
+                }
+                if let Some(h) = self.table.holder(&name, from, request) {
+                    let token = h.token;
+                    out.push_back((
+                        from.clone(),
+                        LockMessage::Granted {
+                            request,
+                            name,
+                            token,
+                        },
+                    ));
+                } else if self.table.is_queued(&name, from, request) {
+                } else if self.may_grant(ctx) && self.table.can_grant_now(&name, mode, ctx.now) {
+                    let token = self.table.grant(
+                        &name,
+                        Waiter {
+                            owner,
+                            mode,
+                            request,
+                        },
+                        self.epoch,
+                    );
+                    self.log_grant(&name, token);
+                    out.push_back((
+                        from.clone(),
+                        LockMessage::Granted {
+                            request,
+                            name,
+                            token,
+                        },
+                    ));
+                } else if !wait {
+                    out.push_back((from.clone(), LockMessage::Denied { request, name }));
+                } else {
+                    self.table.enqueue(
+                        &name,
+                        Waiter {
+                            owner,
+                            mode,
+                            request,
+                        },
+                    );
+                }
+            }
+            LockMessage::Cancel { request, name } => {
+                let was_holder = self.table.withdraw(&name, from, request).is_none()
+                    && self.table.release(&name, from, request).is_some();
+                out.push_back((
+                    from.clone(),
+                    LockMessage::Denied {
+                        request,
+                        name: name.clone(),
+                    },
+                ));
+                if was_holder {
+                    self.promote(ctx, &name, out);
+                }
+                self.table.forget_if_unused(&name, ctx.now);
+            }
+            LockMessage::Unlock { request, name, .. } => {
+                let freed = self.table.release(&name, from, request).is_some()
+                    || self.table.withdraw(&name, from, request).is_some();
+                out.push_back((from.clone(), LockMessage::UnlockAck { request }));
+                if freed {
+                    self.promote(ctx, &name, out);
+                }
+                self.table.forget_if_unused(&name, ctx.now);
+            }
+            _ => {}
+        }
+    }
+
+    fn promote_all(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        for name in self.table.names_with_waiters() {
+            self.promote(ctx, &name, out);
+        }
+    }
+
+    /// Grants queued requests of `name` that can go now, re-checking at this moment that each
+    /// waiter's member is still in the view (etcd 3.4.3 granted to dead waiters).
+    fn promote(&mut self, ctx: &Ctx<'_>, name: &LockName, out: &mut Outbox) {
+        if !self.may_grant(ctx) {
+            return;
+        }
+        let skip_check = self.sabotage.skip_liveness_recheck;
+        let granted = self
+            .table
+            .promote(name, ctx.now, self.epoch, |owner: &OwnerId| {
+                if skip_check || ctx.view.contains(&owner.member) {
+                    Verdict::Grant
+                } else {
+                    Verdict::Drop
+                }
+            });
+        for holder in granted {
+            self.stats.contended_grants += 1;
+            self.log_grant(name, holder.token);
+            out.push_back((
+                holder.owner.member.clone(),
+                LockMessage::Granted {
+                    request: holder.request,
+                    name: name.clone(),
+                    token: holder.token,
+                },
+            ));
+        }
+    }
+
+    fn log_grant(&mut self, _name: &LockName, _token: conclave_lock_api::FencingToken) {
+        self.stats.grants += 1;
+        #[cfg(feature = "sim")]
+        self.grant_log.push((_name.clone(), _token));
+    }
+
+    /// Every hold in the table, for checkers and status queries.
+    pub(crate) fn holds(&self) -> impl Iterator<Item = (&LockName, &OwnerId, RequestId, LockMode)> {
+        self.table
+            .holders()
+            .map(|(name, h)| (name, &h.owner, h.request, h.mode))
+    }
+}
+
+fn holder_of(h: &HeldLock) -> Holder {
+    Holder {
+        owner: h.owner.clone(),
+        mode: h.mode,
+        token: h.token,
+        request: h.request,
+    }
+}
+
+/// The duplicate-lock rule. Among conflicting holders of one lock, the one with the highest
+/// fencing token is kept (ties: the lowest owner id): a resource that checks tokens has already
+/// seen that token, so every other holder's writes are rejected there anyway. If the kept holder
+/// is shared, every shared holder is kept; otherwise it is kept alone.
+pub(crate) fn resolve_duplicates(mut holders: Vec<Holder>) -> (Vec<Holder>, Vec<Holder>) {
+    holders.sort_by(|a, b| (Reverse(a.token), &a.owner).cmp(&(Reverse(b.token), &b.owner)));
+    let Some(winner) = holders.first() else {
+        return (Vec::new(), Vec::new());
+    };
+    if winner.mode == LockMode::Shared {
+        holders
+            .into_iter()
+            .partition(|h| h.mode == LockMode::Shared)
+    } else {
+        let mut rest = holders;
+        let kept = rest.remove(0);
+        (vec![kept], rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use conclave_lock_api::FencingToken;
+
+    use super::*;
+
+    fn holder(member: u8, token: u64, mode: LockMode) -> Holder {
+        Holder {
+            owner: OwnerId {
+                member: MemberId::new(
+                    u128::from(member),
+                    "m",
+                    SocketAddr::from(([127, 0, 0, 1], 1)),
+                )
+                .unwrap(),
+                local: 1,
+            },
+            mode,
+            token: FencingToken(token),
+            request: RequestId(1),
+        }
+    }
+
+    #[test]
+    fn highest_token_wins_whatever_the_report_order() {
+        let a = holder(1, 10, LockMode::Exclusive);
+        let b = holder(2, 30, LockMode::Exclusive);
+        let c = holder(3, 20, LockMode::Exclusive);
+        for order in [
+            vec![a.clone(), b.clone(), c.clone()],
+            vec![c.clone(), a.clone(), b.clone()],
+        ] {
+            let (kept, dropped) = resolve_duplicates(order);
+            assert_eq!(kept, vec![b.clone()]);
+            assert_eq!(dropped.len(), 2);
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_owner() {
+        let a = holder(5, 10, LockMode::Exclusive);
+        let b = holder(2, 10, LockMode::Exclusive);
+        let (kept, _) = resolve_duplicates(vec![a, b.clone()]);
+        assert_eq!(kept, vec![b]);
+    }
+
+    #[test]
+    fn shared_winner_keeps_all_readers() {
+        let r1 = holder(1, 40, LockMode::Shared);
+        let r2 = holder(2, 5, LockMode::Shared);
+        let w = holder(3, 30, LockMode::Exclusive);
+        let (kept, dropped) = resolve_duplicates(vec![w.clone(), r2.clone(), r1.clone()]);
+        assert_eq!(kept, vec![r1, r2]);
+        assert_eq!(dropped, vec![w]);
+    }
+}

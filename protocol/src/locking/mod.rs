@@ -1,0 +1,560 @@
+//! Locking: the grantor's lock table, every member's client state, reconciliation when the
+//! grantor changes, duplicate locks after a merge, fencing tokens and partition policies.
+//!
+//! [`LockService`] is a sans-IO state machine, one per member. The membership layer tells it
+//! each new view; the coordinator of the view is the *grantor*. Every member is a *client* of
+//! the grantor: it sends LOCK / TRY_LOCK (`wait: false`) / CANCEL / UNLOCK and receives
+//! GRANTED / DENIED / UNLOCK-ACK / DUPLICATE-LOCK. A new grantor first *reconciles*: it asks
+//! every member for its held locks, pending requests and pending releases (LOCK-INFO), waits
+//! for all reports or [`LockConfig::reconcile_timeout`], rebuilds its table, resolves duplicate
+//! holders, and only then grants. See `docs/protocol.md` for the full rules and what each
+//! [`PartitionPolicy`] guarantees.
+//!
+//! ```
+//! use std::time::Duration;
+//! use conclave_lock_api::{LockMode, LockName, MemberId, View};
+//! use conclave_protocol::gms::ViewOrigin;
+//! use conclave_protocol::locking::{LockConfig, LockNotice, LockRequest, LockService};
+//! use conclave_protocol::Instant;
+//!
+//! let me = MemberId::new(1, "solo", "127.0.0.1:7800".parse()?)?;
+//! let mut locks = LockService::new(me.clone(), LockConfig::local());
+//! let now = Instant::ZERO;
+//! // A view of one: this member is the grantor and reconciles with itself at once.
+//! locks.handle_view(now, &View::new(1, vec![me])?, ViewOrigin::Founded);
+//! let request = locks.lock(now, LockRequest::exclusive(7, LockName::new("invoice-42")?));
+//! let granted = std::iter::from_fn(|| locks.poll_notice())
+//!     .any(|n| matches!(n, LockNotice::Granted { request: r, .. } if r == request));
+//! assert!(granted);
+//! locks.unlock(now, request)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod client;
+mod config;
+mod grantor;
+mod table;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use conclave_lock_api::wire::LockMessage;
+use conclave_lock_api::{
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
+};
+use thiserror::Error;
+use tracing::debug;
+
+use crate::gms::ViewOrigin;
+use crate::time::Instant;
+use client::Client;
+use grantor::{Ctx, Grantor};
+
+pub use config::{LockConfig, LockConfigError, PartitionPolicy};
+pub use grantor::GrantorStats;
+
+/// Messages to send, with their receiver (possibly this member itself).
+pub(crate) type Outbox = VecDeque<(MemberId, LockMessage)>;
+
+/// A lock request of a local owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRequest {
+    /// The owner, a number unique on this member (a reentrant handle keeps one).
+    pub owner: u64,
+    /// The lock.
+    pub name: LockName,
+    /// Exclusive or shared.
+    pub mode: LockMode,
+    /// Wait in the queue (`lock`) or answer at once (`try_lock`).
+    pub wait: bool,
+    /// Give up after this long (the request is withdrawn at the grantor).
+    pub timeout: Option<Duration>,
+}
+
+impl LockRequest {
+    /// An exclusive request that waits without a timeout.
+    pub fn exclusive(owner: u64, name: LockName) -> Self {
+        Self {
+            owner,
+            name,
+            mode: LockMode::Exclusive,
+            wait: true,
+            timeout: None,
+        }
+    }
+}
+
+/// Why a request ended without a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A try-lock found the lock busy (or the grantor unable to grant at that moment).
+    WouldBlock,
+    /// The request's timeout passed; it was withdrawn.
+    Timeout,
+}
+
+/// What a held lock's owner should believe about it right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldStatus {
+    /// Held, and the grantor was heard from recently.
+    Held,
+    /// The grantor has been silent for a while: ownership is unknown until it is heard again
+    /// (or, under `Majority`, until the lease runs out and the lock is lost).
+    Suspended,
+    /// Not held any more.
+    Lost,
+}
+
+/// Something the owner of a request or lock must know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockNotice {
+    /// The request was granted.
+    Granted {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The local owner.
+        owner: u64,
+        /// The mode granted.
+        mode: LockMode,
+        /// Its fencing token.
+        token: FencingToken,
+    },
+    /// The request ended without a grant.
+    Refused {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// Why.
+        reason: Refusal,
+    },
+    /// The grantor acknowledged the release of the lock acquired by `request`.
+    Released {
+        /// The request that had acquired the lock.
+        request: RequestId,
+    },
+    /// A held lock was lost without its owner releasing it.
+    Lost {
+        /// The request that had acquired it.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The local owner.
+        owner: u64,
+        /// Its fencing token.
+        token: FencingToken,
+        /// Why.
+        reason: LockLostReason,
+    },
+}
+
+/// `unlock` of a request that does not hold a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[error("request {0} holds no lock on this member")]
+pub struct NotHeld(pub RequestId);
+
+/// A lock held on this member, with its status now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldInfo {
+    /// The request that acquired it.
+    pub request: RequestId,
+    /// The lock.
+    pub name: LockName,
+    /// The local owner.
+    pub owner: u64,
+    /// The mode held.
+    pub mode: LockMode,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// Epoch of this member's view when the grant arrived.
+    pub granted_in: u64,
+    /// The grantor that granted it.
+    pub granted_by: MemberId,
+    /// Held, suspended or (about to be reported) lost.
+    pub status: HoldStatus,
+}
+
+/// Test-only ways to break the locking protocol, proving the simulator's checkers can fail.
+#[cfg(feature = "sim")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockSabotage {
+    /// Serve requests while reconciling, from the half-built table.
+    pub grant_while_reconciling: bool,
+    /// Promote waiters without re-checking that their member is still in the view.
+    pub skip_liveness_recheck: bool,
+    /// Neither report nor resend unacknowledged releases to a new grantor.
+    pub forget_pending_releases: bool,
+    /// Hand out the previous fencing token again.
+    pub reuse_fencing_token: bool,
+}
+
+/// The locking state machine of one member: client of the grantor, and grantor when it
+/// coordinates. See the [module docs](self).
+#[derive(Debug)]
+pub struct LockService {
+    local: MemberId,
+    config: LockConfig,
+    view: Option<View>,
+    /// When each member of the view was last heard from (for leases and quorum).
+    last_heard: BTreeMap<MemberId, Instant>,
+    client: Client,
+    grantor: Grantor,
+    outbox: Outbox,
+    notices: VecDeque<LockNotice>,
+    next_check: Option<Instant>,
+    /// The latest time seen in any input.
+    last_now: Instant,
+}
+
+impl LockService {
+    /// A member's locking state; it does nothing until the first view.
+    pub fn new(local: MemberId, config: LockConfig) -> Self {
+        Self {
+            client: Client::new(local.clone()),
+            grantor: Grantor::new(local.clone()),
+            local,
+            config,
+            view: None,
+            last_heard: BTreeMap::new(),
+            outbox: Outbox::new(),
+            notices: VecDeque::new(),
+            next_check: None,
+            last_now: Instant::ZERO,
+        }
+    }
+
+    /// Breaks the protocol on purpose (simulator tests of the checkers only).
+    #[cfg(feature = "sim")]
+    pub fn set_sabotage(&mut self, sabotage: LockSabotage) {
+        self.grantor.sabotage.grant_while_reconciling = sabotage.grant_while_reconciling;
+        self.grantor.sabotage.skip_liveness_recheck = sabotage.skip_liveness_recheck;
+        self.grantor.table.reuse_tokens = sabotage.reuse_fencing_token;
+        self.client.forget_releases = sabotage.forget_pending_releases;
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LockConfig {
+        &self.config
+    }
+
+    /// Asks for a lock. The request is registered before anything is sent, so it can be
+    /// cancelled at once; the answer comes as a [`LockNotice`].
+    pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
+        let id = self.client.lock(
+            now,
+            request.owner,
+            request.name,
+            request.mode,
+            request.wait,
+            request.timeout,
+            &mut self.outbox,
+        );
+        self.pump(now);
+        id
+    }
+
+    /// Withdraws a pending request (the caller's future was dropped). If the grant races the
+    /// cancellation, the grantor releases the lock: nothing stays held or queued.
+    pub fn cancel(&mut self, now: Instant, request: RequestId) {
+        self.client.cancel(request, &mut self.outbox);
+        self.pump(now);
+    }
+
+    /// Releases the lock acquired by `request`. Returns at once; the release is resent to a
+    /// new grantor until acknowledged ([`LockNotice::Released`]).
+    ///
+    /// # Errors
+    /// [`NotHeld`] if `request` holds nothing here (never granted, already released or lost).
+    pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        if !self.client.unlock(request, &mut self.outbox) {
+            return Err(NotHeld(request));
+        }
+        self.pump(now);
+        Ok(())
+    }
+
+    /// Marks every held lock lost (the node shuts down) and releases it at the grantor.
+    pub fn release_all(&mut self, now: Instant) {
+        let requests: Vec<RequestId> = self.client.held().map(|(r, _)| *r).collect();
+        for request in requests {
+            self.client.unlock(request, &mut self.outbox);
+        }
+        self.pump(now);
+    }
+
+    /// Records that `from` was heard from (any heartbeat or reliable frame).
+    pub fn note_alive(&mut self, now: Instant, from: &MemberId) {
+        if let Some(at) = self.last_heard.get_mut(from) {
+            *at = (*at).max(now);
+        }
+    }
+
+    /// A new view was installed at this member.
+    pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
+        let previous_grantor = self.client.grantor().cloned();
+        let mut heard = BTreeMap::new();
+        for member in view.members() {
+            heard.insert(
+                member.clone(),
+                self.last_heard.get(member).copied().unwrap_or(now),
+            );
+        }
+        self.last_heard = heard;
+        self.view = Some(view.clone());
+        self.client.on_view(view, &mut self.outbox);
+        if !self.config.policy.allows(view.len()) && self.client.has_held() {
+            debug!(member = %self.local, view = %view, "minority view: locks lost");
+            self.client
+                .lose_all(LockLostReason::Minority, &mut self.notices);
+        }
+        let coordinator = view.coordinator() == &self.local;
+        let became = previous_grantor.as_ref() != Some(&self.local) || !self.grantor.is_active();
+        let ctx = self.ctx(now, view);
+        if coordinator && (became || origin == ViewOrigin::Merged) {
+            self.grantor.start(&ctx, &mut self.outbox);
+        } else if coordinator {
+            self.grantor.view_changed(&ctx, &mut self.outbox);
+        } else {
+            self.grantor.stop();
+        }
+        self.pump(now);
+    }
+
+    /// Handles a lock message delivered reliably from `from`.
+    pub fn handle_message(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
+        self.dispatch(now, from, message);
+        self.pump(now);
+    }
+
+    /// Advances timers: request timeouts, leases, reconciliation, fenced locks.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.client
+            .expire_requests(now, &mut self.outbox, &mut self.notices);
+        if let Some(view) = self.view.clone() {
+            let ctx = self.ctx(now, &view);
+            self.grantor.handle_timeout(&ctx, &mut self.outbox);
+        }
+        self.check_leases(now);
+        self.pump(now);
+    }
+
+    /// The next message to send (never to this member itself).
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<(MemberId, LockMessage)> {
+        self.outbox.pop_front()
+    }
+
+    /// The next notice for an owner.
+    #[must_use]
+    pub fn poll_notice(&mut self) -> Option<LockNotice> {
+        self.notices.pop_front()
+    }
+
+    /// When [`LockService::handle_timeout`] should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.client.next_deadline(),
+            self.grantor.poll_timeout(self.last_now),
+            self.next_check,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The status of the lock acquired by `request`, if this member holds it.
+    pub fn status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
+        self.client
+            .held_lock(request)
+            .map(|_| self.hold_status(now))
+    }
+
+    /// Every lock held on this member, with its status at `now`.
+    pub fn holds(&self, now: Instant) -> Vec<HoldInfo> {
+        let status = self.hold_status(now);
+        self.client
+            .held()
+            .map(|(request, h)| HoldInfo {
+                request: *request,
+                name: h.name.clone(),
+                owner: h.owner,
+                mode: h.mode,
+                token: h.token,
+                granted_in: h.granted_in,
+                granted_by: h.granted_by.clone(),
+                status,
+            })
+            .collect()
+    }
+
+    /// Requests of this member still waiting for an answer.
+    pub fn pending_requests(&self) -> Vec<RequestId> {
+        self.client.pending_requests().copied().collect()
+    }
+
+    /// Releases of this member not yet acknowledged.
+    pub fn pending_releases(&self) -> usize {
+        self.client.pending_releases()
+    }
+
+    /// Whether this member is the grantor and serving (not reconciling).
+    pub fn is_serving(&self) -> bool {
+        self.grantor.is_serving()
+    }
+
+    /// Whether this member is the grantor and reconciling.
+    pub fn is_reconciling(&self) -> bool {
+        self.grantor.is_reconciling()
+    }
+
+    /// The grantor's table (empty unless this member is the grantor): lock, owner, request,
+    /// mode of every hold.
+    pub fn grantor_holds(&self) -> Vec<(LockName, OwnerId, RequestId, LockMode)> {
+        self.grantor
+            .holds()
+            .map(|(n, o, r, m)| (n.clone(), o.clone(), r, m))
+            .collect()
+    }
+
+    /// Counters of the grantor role.
+    pub fn grantor_stats(&self) -> GrantorStats {
+        self.grantor.stats
+    }
+
+    /// Takes the grants made since the last call, in order (simulator token checker).
+    #[cfg(feature = "sim")]
+    pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken)> {
+        std::mem::take(&mut self.grantor.grant_log)
+    }
+
+    fn ctx<'a>(&self, now: Instant, view: &'a View) -> Ctx<'a> {
+        Ctx {
+            now,
+            view,
+            policy_ok: self.config.policy.allows(view.len()) && self.quorum_heard(now),
+            fence: self
+                .config
+                .policy
+                .is_majority()
+                .then(|| self.config.lease + self.config.lease_margin),
+            reconcile_timeout: self.config.reconcile_timeout,
+        }
+    }
+
+    /// `Majority`: whether a strict majority of the cluster (this member included) was heard
+    /// from within the lease. Always true under `Available`.
+    fn quorum_heard(&self, now: Instant) -> bool {
+        let PartitionPolicy::Majority { cluster_size } = self.config.policy else {
+            return true;
+        };
+        let heard = self
+            .last_heard
+            .iter()
+            .filter(|(m, t)| {
+                **m == self.local || now.saturating_duration_since(**t) <= self.config.lease
+            })
+            .count();
+        heard * 2 > cluster_size
+    }
+
+    fn grantor_silence(&self, now: Instant) -> Option<Duration> {
+        let grantor = self.client.grantor()?;
+        if *grantor == self.local {
+            return Some(Duration::ZERO);
+        }
+        self.last_heard
+            .get(grantor)
+            .map(|t| now.saturating_duration_since(*t))
+    }
+
+    fn hold_status(&self, now: Instant) -> HoldStatus {
+        let Some(silence) = self.grantor_silence(now) else {
+            return HoldStatus::Suspended;
+        };
+        if self.config.policy.is_majority() {
+            let majority_view = self
+                .view
+                .as_ref()
+                .is_some_and(|v| self.config.policy.allows(v.len()));
+            if !majority_view || !self.quorum_heard(now) || silence > self.config.lease {
+                return HoldStatus::Lost;
+            }
+        }
+        if silence > self.config.suspend_after {
+            HoldStatus::Suspended
+        } else {
+            HoldStatus::Held
+        }
+    }
+
+    /// `Majority`: reports held locks lost once their lease ran out or the quorum is gone, and
+    /// keeps a periodic check armed while locks are held.
+    fn check_leases(&mut self, now: Instant) {
+        if !self.config.policy.is_majority() {
+            self.next_check = None;
+            return;
+        }
+        if self.client.has_held() && self.hold_status(now) == HoldStatus::Lost {
+            let reason = if self
+                .grantor_silence(now)
+                .is_some_and(|s| s > self.config.lease)
+            {
+                LockLostReason::LeaseExpired
+            } else {
+                LockLostReason::Minority
+            };
+            self.client.lose_all(reason, &mut self.notices);
+        }
+        let grantor_waits = self.grantor.is_serving();
+        self.next_check = (self.client.has_held() || grantor_waits)
+            .then(|| now + self.config.lease_margin.max(Duration::from_millis(1)) / 2);
+    }
+
+    fn dispatch(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
+        match message {
+            LockMessage::Lock { .. }
+            | LockMessage::Cancel { .. }
+            | LockMessage::Unlock { .. }
+            | LockMessage::LockInfoResponse { .. } => {
+                if let Some(view) = self.view.clone() {
+                    let ctx = self.ctx(now, &view);
+                    self.grantor.handle(&ctx, from, message, &mut self.outbox);
+                }
+            }
+            LockMessage::Granted { .. }
+            | LockMessage::Denied { .. }
+            | LockMessage::UnlockAck { .. }
+            | LockMessage::DuplicateLock { .. }
+            | LockMessage::LockInfoRequest { .. } => {
+                self.client
+                    .handle(from, message, &mut self.outbox, &mut self.notices);
+            }
+        }
+    }
+
+    /// Delivers messages addressed to this member itself (the grantor talking to its own
+    /// client) until none is left; the rest stay in the outbox for the transport.
+    fn pump(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        let mut remote = Outbox::new();
+        let mut rounds = 0usize;
+        while let Some((to, message)) = self.outbox.pop_front() {
+            if to == self.local {
+                rounds += 1;
+                let local = self.local.clone();
+                self.dispatch(now, &local, message);
+                debug_assert!(rounds < 10_000_000, "local message loop does not settle");
+            } else {
+                remote.push_back((to, message));
+            }
+        }
+        self.outbox = remote;
+        self.check_leases(now);
+    }
+}
+
+#[cfg(test)]
+mod tests;

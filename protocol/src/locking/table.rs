@@ -1,0 +1,433 @@
+//! The grantor's lock table: holders and FIFO waiters per lock, and fencing tokens.
+//!
+//! A pure data structure: it knows nothing of views, policies or messages. The grantor asks it
+//! what can be granted and tells it what was.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId};
+
+use crate::time::Instant;
+
+/// A granted hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub(crate) owner: OwnerId,
+    pub(crate) mode: LockMode,
+    pub(crate) token: FencingToken,
+    pub(crate) request: RequestId,
+}
+
+/// A queued request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    pub(crate) owner: OwnerId,
+    pub(crate) mode: LockMode,
+    pub(crate) request: RequestId,
+}
+
+/// What promotion may do with the waiter at the head of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Its member is live: grant if compatible.
+    Grant,
+    /// Its member is gone: drop the waiter.
+    Drop,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    holders: Vec<Holder>,
+    queue: VecDeque<Waiter>,
+    /// No grant before this instant (a departed holder's lease may still run).
+    not_before: Option<Instant>,
+}
+
+impl Entry {
+    fn is_unused(&self, now: Instant) -> bool {
+        self.holders.is_empty() && self.queue.is_empty() && self.not_before.is_none_or(|t| t <= now)
+    }
+
+    fn compatible(&self, mode: LockMode) -> bool {
+        self.holders.iter().all(|h| h.mode.is_compatible_with(mode))
+    }
+}
+
+/// Locks, their holders and waiters, and the fencing-token counter.
+#[derive(Debug, Default)]
+pub(crate) struct LockTable {
+    locks: BTreeMap<LockName, Entry>,
+    last_token: FencingToken,
+    /// Sabotage: hand out the last token again instead of a new one.
+    pub(crate) reuse_tokens: bool,
+}
+
+fn same(owner: &OwnerId, request: RequestId, member: &MemberId, req: RequestId) -> bool {
+    owner.member == *member && request == req
+}
+
+impl LockTable {
+    /// Forgets every lock (the grantor rebuilds or stops), keeping the token counter.
+    pub(crate) fn clear(&mut self) {
+        self.locks.clear();
+    }
+
+    /// Makes every later token exceed `token`.
+    pub(crate) fn observe_token(&mut self, token: FencingToken) {
+        self.last_token = self.last_token.max(token);
+    }
+
+    /// A token above every token issued or observed, and at least `epoch.0`.
+    pub(crate) fn next_token(&mut self, epoch: u64) -> FencingToken {
+        if self.reuse_tokens && self.last_token.0 > 0 {
+            return self.last_token;
+        }
+        let next =
+            FencingToken(self.last_token.0.saturating_add(1)).max(FencingToken::new(epoch, 0));
+        self.last_token = next;
+        next
+    }
+
+    pub(crate) fn holder(
+        &self,
+        name: &LockName,
+        member: &MemberId,
+        request: RequestId,
+    ) -> Option<&Holder> {
+        self.locks
+            .get(name)?
+            .holders
+            .iter()
+            .find(|h| same(&h.owner, h.request, member, request))
+    }
+
+    pub(crate) fn is_queued(&self, name: &LockName, member: &MemberId, request: RequestId) -> bool {
+        self.locks.get(name).is_some_and(|e| {
+            e.queue
+                .iter()
+                .any(|w| same(&w.owner, w.request, member, request))
+        })
+    }
+
+    /// Whether `mode` could be granted at once: nobody waits ahead (FIFO, and a queued
+    /// exclusive request holds back later shared ones), the holders are compatible, and no
+    /// departed holder's lease may still run.
+    pub(crate) fn can_grant_now(&self, name: &LockName, mode: LockMode, now: Instant) -> bool {
+        self.locks.get(name).is_none_or(|e| {
+            e.queue.is_empty() && e.compatible(mode) && e.not_before.is_none_or(|t| t <= now)
+        })
+    }
+
+    /// Records a grant and returns its token.
+    pub(crate) fn grant(&mut self, name: &LockName, waiter: Waiter, epoch: u64) -> FencingToken {
+        let token = self.next_token(epoch);
+        self.insert_holder(
+            name,
+            Holder {
+                owner: waiter.owner,
+                mode: waiter.mode,
+                token,
+                request: waiter.request,
+            },
+        );
+        token
+    }
+
+    /// Adds a holder as reported in reconciliation (its token is kept).
+    pub(crate) fn insert_holder(&mut self, name: &LockName, holder: Holder) {
+        self.observe_token(holder.token);
+        self.locks
+            .entry(name.clone())
+            .or_default()
+            .holders
+            .push(holder);
+    }
+
+    pub(crate) fn enqueue(&mut self, name: &LockName, waiter: Waiter) {
+        self.locks
+            .entry(name.clone())
+            .or_default()
+            .queue
+            .push_back(waiter);
+    }
+
+    /// Removes the hold granted to `request` of `member`.
+    pub(crate) fn release(
+        &mut self,
+        name: &LockName,
+        member: &MemberId,
+        request: RequestId,
+    ) -> Option<Holder> {
+        let entry = self.locks.get_mut(name)?;
+        let index = entry
+            .holders
+            .iter()
+            .position(|h| same(&h.owner, h.request, member, request))?;
+        Some(entry.holders.remove(index))
+    }
+
+    /// Removes the queued `request` of `member`.
+    pub(crate) fn withdraw(
+        &mut self,
+        name: &LockName,
+        member: &MemberId,
+        request: RequestId,
+    ) -> Option<Waiter> {
+        let entry = self.locks.get_mut(name)?;
+        let index = entry
+            .queue
+            .iter()
+            .position(|w| same(&w.owner, w.request, member, request))?;
+        entry.queue.remove(index)
+    }
+
+    /// Removes every hold of `member`; each lock it held may not be granted before
+    /// `not_before` (if given). Returns the locks it held.
+    pub(crate) fn remove_holders_of(
+        &mut self,
+        member: &MemberId,
+        not_before: Option<Instant>,
+    ) -> Vec<LockName> {
+        let mut touched = Vec::new();
+        for (name, entry) in &mut self.locks {
+            let before = entry.holders.len();
+            entry.holders.retain(|h| h.owner.member != *member);
+            if entry.holders.len() != before {
+                if let Some(t) = not_before {
+                    entry.not_before = Some(entry.not_before.map_or(t, |old| old.max(t)));
+                }
+                touched.push(name.clone());
+            }
+        }
+        touched
+    }
+
+    /// Removes every waiter whose member `keep` rejects.
+    pub(crate) fn remove_waiters(&mut self, mut keep: impl FnMut(&MemberId) -> bool) {
+        for entry in self.locks.values_mut() {
+            entry.queue.retain(|w| keep(&w.owner.member));
+        }
+    }
+
+    /// Grants from the head of `name`'s queue while the head is compatible with the holders.
+    /// `verdict` re-checks each waiter's liveness at this moment. Returns the new holders.
+    pub(crate) fn promote(
+        &mut self,
+        name: &LockName,
+        now: Instant,
+        epoch: u64,
+        mut verdict: impl FnMut(&OwnerId) -> Verdict,
+    ) -> Vec<Holder> {
+        let mut granted = Vec::new();
+        loop {
+            let Some(entry) = self.locks.get_mut(name) else {
+                break;
+            };
+            if entry.not_before.is_some_and(|t| t > now) {
+                break;
+            }
+            let Some(head) = entry.queue.front() else {
+                break;
+            };
+            if verdict(&head.owner) == Verdict::Drop {
+                entry.queue.pop_front();
+                continue;
+            }
+            if !entry.compatible(head.mode) {
+                break;
+            }
+            let Some(waiter) = entry.queue.pop_front() else {
+                break;
+            };
+            let token = self.next_token(epoch);
+            let holder = Holder {
+                owner: waiter.owner,
+                mode: waiter.mode,
+                token,
+                request: waiter.request,
+            };
+            if let Some(entry) = self.locks.get_mut(name) {
+                entry.holders.push(holder.clone());
+            }
+            granted.push(holder);
+        }
+        self.forget_if_unused(name, now);
+        granted
+    }
+
+    /// Drops the entry of `name` if nothing is held, queued or pending on it.
+    pub(crate) fn forget_if_unused(&mut self, name: &LockName, now: Instant) {
+        if self.locks.get(name).is_some_and(|e| e.is_unused(now)) {
+            self.locks.remove(name);
+        }
+    }
+
+    /// Names of locks with waiters.
+    pub(crate) fn names_with_waiters(&self) -> Vec<LockName> {
+        self.locks
+            .iter()
+            .filter(|(_, e)| !e.queue.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The earliest `not_before` of a lock that has waiters.
+    pub(crate) fn next_not_before(&self, now: Instant) -> Option<Instant> {
+        self.locks
+            .values()
+            .filter(|e| !e.queue.is_empty())
+            .filter_map(|e| e.not_before)
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// Every hold, lock by lock.
+    pub(crate) fn holders(&self) -> impl Iterator<Item = (&LockName, &Holder)> {
+        self.locks
+            .iter()
+            .flat_map(|(name, e)| e.holders.iter().map(move |h| (name, h)))
+    }
+
+    /// Number of queued requests.
+    pub(crate) fn waiting(&self) -> usize {
+        self.locks.values().map(|e| e.queue.len()).sum()
+    }
+
+    /// Number of locks known (held, queued or fenced).
+    pub(crate) fn len(&self) -> usize {
+        self.locks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    fn owner(member: u8, local: u64) -> OwnerId {
+        OwnerId {
+            member: MemberId::new(
+                u128::from(member),
+                "m",
+                SocketAddr::from(([127, 0, 0, 1], 1)),
+            )
+            .unwrap(),
+            local,
+        }
+    }
+
+    fn waiter(member: u8, req: u64, mode: LockMode) -> Waiter {
+        Waiter {
+            owner: owner(member, 1),
+            mode,
+            request: RequestId(req),
+        }
+    }
+
+    fn name() -> LockName {
+        LockName::new("l").unwrap()
+    }
+
+    fn live(_: &OwnerId) -> Verdict {
+        Verdict::Grant
+    }
+
+    #[test]
+    fn exclusive_waits_for_shared_and_later_shared_queue_behind_it() {
+        let mut t = LockTable::default();
+        let now = Instant::ZERO;
+        assert!(t.can_grant_now(&name(), LockMode::Shared, now));
+        t.grant(&name(), waiter(1, 1, LockMode::Shared), 1);
+        assert!(t.can_grant_now(&name(), LockMode::Shared, now));
+        t.grant(&name(), waiter(2, 1, LockMode::Shared), 1);
+        assert!(!t.can_grant_now(&name(), LockMode::Exclusive, now));
+        t.enqueue(&name(), waiter(3, 1, LockMode::Exclusive));
+        // A writer is queued: a new reader may not overtake it.
+        assert!(!t.can_grant_now(&name(), LockMode::Shared, now));
+        t.enqueue(&name(), waiter(4, 1, LockMode::Shared));
+        t.release(&name(), &owner(1, 1).member, RequestId(1));
+        assert!(
+            t.promote(&name(), now, 1, live).is_empty(),
+            "one reader still holds"
+        );
+        t.release(&name(), &owner(2, 1).member, RequestId(1));
+        let granted = t.promote(&name(), now, 1, live);
+        assert_eq!(granted.len(), 1);
+        assert_eq!(granted[0].owner, owner(3, 1));
+        t.release(&name(), &owner(3, 1).member, RequestId(1));
+        let granted = t.promote(&name(), now, 1, live);
+        assert_eq!(granted[0].owner, owner(4, 1));
+    }
+
+    #[test]
+    fn consecutive_shared_waiters_are_granted_together() {
+        let mut t = LockTable::default();
+        let now = Instant::ZERO;
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.enqueue(&name(), waiter(2, 1, LockMode::Shared));
+        t.enqueue(&name(), waiter(3, 1, LockMode::Shared));
+        t.enqueue(&name(), waiter(4, 1, LockMode::Exclusive));
+        t.release(&name(), &owner(1, 1).member, RequestId(1));
+        let granted = t.promote(&name(), now, 1, live);
+        assert_eq!(granted.len(), 2);
+        assert_eq!(t.waiting(), 1);
+    }
+
+    #[test]
+    fn tokens_increase_and_jump_to_the_epoch() {
+        let mut t = LockTable::default();
+        let a = t.next_token(3);
+        let b = t.next_token(3);
+        assert_eq!(a, FencingToken::new(3, 0));
+        assert!(b > a);
+        t.observe_token(FencingToken::new(9, 5));
+        assert_eq!(t.next_token(4), FencingToken::new(9, 6));
+        assert_eq!(t.next_token(12), FencingToken::new(12, 0));
+    }
+
+    #[test]
+    fn dead_waiters_are_dropped_at_promotion() {
+        let mut t = LockTable::default();
+        let now = Instant::ZERO;
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.enqueue(&name(), waiter(2, 1, LockMode::Exclusive));
+        t.enqueue(&name(), waiter(3, 1, LockMode::Exclusive));
+        t.release(&name(), &owner(1, 1).member, RequestId(1));
+        let dead = owner(2, 1).member;
+        let granted = t.promote(&name(), now, 1, |o| {
+            if o.member == dead {
+                Verdict::Drop
+            } else {
+                Verdict::Grant
+            }
+        });
+        assert_eq!(granted.len(), 1);
+        assert_eq!(granted[0].owner, owner(3, 1));
+    }
+
+    #[test]
+    fn a_departed_holders_lock_waits_for_not_before() {
+        let mut t = LockTable::default();
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.enqueue(&name(), waiter(2, 1, LockMode::Exclusive));
+        let later = Instant::from_nanos(1_000);
+        assert_eq!(
+            t.remove_holders_of(&owner(1, 1).member, Some(later)),
+            vec![name()]
+        );
+        assert!(t.promote(&name(), Instant::ZERO, 1, live).is_empty());
+        assert_eq!(t.next_not_before(Instant::ZERO), Some(later));
+        assert_eq!(t.promote(&name(), later, 1, live).len(), 1);
+    }
+
+    #[test]
+    fn unused_entries_are_forgotten() {
+        let mut t = LockTable::default();
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        assert_eq!(t.len(), 1);
+        t.release(&name(), &owner(1, 1).member, RequestId(1));
+        t.forget_if_unused(&name(), Instant::ZERO);
+        assert_eq!(t.len(), 0);
+    }
+}

@@ -5,7 +5,7 @@
 //! [`Reliable`], and reliably delivered messages back to [`Gms`]. The driver of `conclave` and
 //! the simulator drive exactly this type.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
@@ -133,6 +133,10 @@ pub struct Endpoint {
     transmits: VecDeque<Transmit>,
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
+    /// Members that left our view, and when their reliable streams are dropped if they do not
+    /// come back (a graceful leaver's last acks, a partitioned member's retransmissions).
+    departed: BTreeMap<MemberId, Instant>,
+    gms_previous_view: Option<View>,
 }
 
 impl Endpoint {
@@ -156,6 +160,8 @@ impl Endpoint {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: EndpointStats::default(),
+            departed: BTreeMap::new(),
+            gms_previous_view: None,
         }
     }
 
@@ -183,6 +189,17 @@ impl Endpoint {
     /// stop.
     pub fn is_drained(&self) -> bool {
         self.gms.state() == MembershipState::Left && self.reliable.is_quiescent()
+    }
+
+    /// Whether everything this member sent reliably has been acknowledged.
+    pub fn is_quiescent(&self) -> bool {
+        self.reliable.is_quiescent()
+    }
+
+    /// Whether everything this member sent to the members of its view has been acknowledged.
+    pub fn is_settled(&self) -> bool {
+        self.view()
+            .is_some_and(|v| v.members().iter().all(|m| !self.reliable.has_unacked(m)))
     }
 
     /// Counters of every layer.
@@ -291,6 +308,16 @@ impl Endpoint {
         self.gms.handle_timeout(now);
         self.reliable.handle_timeout(now);
         self.locks.handle_timeout(now);
+        let gone: Vec<MemberId> = self
+            .departed
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(m, _)| m.clone())
+            .collect();
+        for member in gone {
+            self.departed.remove(&member);
+            self.reliable.remove_peer(&member);
+        }
         self.pump(now);
     }
 
@@ -318,6 +345,7 @@ impl Endpoint {
             self.gms.poll_timeout(),
             self.reliable.poll_timeout(),
             self.locks.poll_timeout(),
+            self.departed.values().min().copied(),
         ]
         .into_iter()
         .flatten()
@@ -328,6 +356,7 @@ impl Endpoint {
     fn pump(&mut self, now: Instant) {
         loop {
             let mut progressed = false;
+            self.locks.observe_epoch(now, self.gms.max_epoch_seen());
             while let Some(output) = self.gms.poll_output() {
                 progressed = true;
                 self.handle_gms_output(now, output);
@@ -359,6 +388,7 @@ impl Endpoint {
                 progressed = true;
                 match event {
                     GmsEvent::ViewInstalled { view, origin } => {
+                        self.note_departures(now, &view);
                         self.locks.handle_view(now, &view, origin);
                         self.events
                             .push_back(EndpointEvent::ViewInstalled { view, origin });
@@ -385,6 +415,20 @@ impl Endpoint {
                 self.transmit(Destination::Member(to), Frame::Discovery(discovery));
             }
             GmsOutput::Forget(member) => self.reliable.remove_peer(&member),
+        }
+    }
+
+    fn note_departures(&mut self, now: Instant, view: &View) {
+        let grace = self.gms.config().leave_timeout * 4;
+        if let Some(previous) = self.gms_previous_view.replace(view.clone()) {
+            for member in previous.members() {
+                if !view.contains(member) && *member != self.local {
+                    self.departed.insert(member.clone(), now + grace);
+                }
+            }
+        }
+        for member in view.members() {
+            self.departed.remove(member);
         }
     }
 

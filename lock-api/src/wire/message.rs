@@ -23,7 +23,7 @@ pub enum Frame {
     Discovery(Discovery),
     /// Unreliable liveness signal between view members.
     Heartbeat {
-        /// The epoch of the sender's current view.
+        /// The highest view epoch the sender has heard of (at least its current view's).
         epoch: u64,
     },
     /// Reliable layer: a fragment of a message.
@@ -35,10 +35,11 @@ pub enum Frame {
 /// Discovery traffic, sent to the discovery channel (multicast group or seed list) or in reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Discovery {
-    /// A joining member looks for coordinators; coordinators answer with [`Discovery::Announce`].
+    /// A joining member looks for the cluster; every member answers with
+    /// [`Discovery::Announce`] of its view.
     Ping,
-    /// A coordinator advertises its current view, periodically and in reply to a ping.
-    /// Coordinators that see each other's announcements merge their views.
+    /// A coordinator advertises its current view periodically (coordinators that see each
+    /// other's announcements merge their views); any member sends it in reply to a ping.
     Announce {
         /// The coordinator's current view.
         view: View,

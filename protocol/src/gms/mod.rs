@@ -176,6 +176,8 @@ struct Joining {
     target: Option<(MemberId, Instant)>,
     /// Other joiners heard pinging; the lowest id founds the cluster.
     joiners: BTreeSet<MemberId>,
+    /// When a member of an existing cluster last answered: no founding soon after that.
+    last_announce: Option<Instant>,
 }
 
 /// The group membership state machine of one member.
@@ -235,6 +237,13 @@ impl Gms {
         self.sabotage = sabotage;
     }
 
+    /// The highest view epoch this member has heard of (its own view's, or any seen in a
+    /// heartbeat, announcement or view).
+    pub fn max_epoch_seen(&self) -> u64 {
+        self.max_epoch_seen
+            .max(self.view.as_ref().map_or(0, View::epoch))
+    }
+
     /// This member's id.
     pub fn local(&self) -> &MemberId {
         &self.local
@@ -286,6 +295,7 @@ impl Gms {
             next_ping: now,
             target: None,
             joiners: BTreeSet::new(),
+            last_announce: None,
         });
         self.handle_timeout(now);
     }
@@ -420,9 +430,10 @@ impl Gms {
                 if let Some((_, sent)) = &j.target {
                     next = next.min(*sent + self.config.join_timeout);
                 } else {
-                    // The lowest joiner founds after one discovery timeout, any joiner after two;
-                    // the ping timer covers the first check, so only the later one is needed.
-                    next = next.min(j.started + self.config.discovery_timeout * 2);
+                    // The lowest joiner founds after one quiet discovery timeout, any joiner
+                    // after two; the ping timer covers the first check.
+                    let quiet_since = j.last_announce.map_or(j.started, |t| t.max(j.started));
+                    next = next.min(quiet_since + self.config.discovery_timeout * 2);
                 }
                 Some(next)
             }
@@ -435,12 +446,14 @@ impl Gms {
     }
 
     fn handle_ping(&mut self, from: &MemberId) {
-        let is_coordinator = self.is_coordinator();
         match &mut self.phase {
             Phase::Joining(joining) if joining.joiners.len() < MAX_REMEMBERED => {
                 joining.joiners.insert(from.clone());
             }
-            Phase::Member if is_coordinator => {
+            Phase::Member => {
+                // Every member answers, not only the coordinator: a joiner that hears of an
+                // existing cluster (and its epoch) does not found a new one while the
+                // cluster replaces a dead coordinator.
                 if let Some(view) = &self.view {
                     self.outputs.push_back(GmsOutput::DiscoveryReply {
                         to: from.addr(),
@@ -453,22 +466,22 @@ impl Gms {
     }
 
     fn handle_announce(&mut self, now: Instant, from: &MemberId, view: View) {
-        if view.coordinator() != from {
-            trace!(%from, "announcement of a view the sender does not coordinate; dropped");
-            return;
-        }
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
         let is_coordinator = self.is_coordinator();
         match &mut self.phase {
-            Phase::Joining(joining) if joining.target.is_none() => {
-                debug!(member = %self.local, coordinator = %from, "asking to join");
-                joining.target = Some((from.clone(), now));
-                self.outputs.push_back(GmsOutput::Send {
-                    to: from.clone(),
-                    message: GmsMessage::JoinRequest,
-                });
+            Phase::Joining(joining) => {
+                joining.last_announce = Some(now);
+                if joining.target.is_none() {
+                    let coordinator = view.coordinator().clone();
+                    debug!(member = %self.local, %coordinator, "asking to join");
+                    joining.target = Some((coordinator.clone(), now));
+                    self.outputs.push_back(GmsOutput::Send {
+                        to: coordinator,
+                        message: GmsMessage::JoinRequest,
+                    });
+                }
             }
-            Phase::Member if is_coordinator => {
+            Phase::Member if is_coordinator && view.coordinator() == from => {
                 let differs = self.view.as_ref().is_some_and(|v| v.id() != view.id());
                 let room = self.merge_candidates.len() < MAX_REMEMBERED
                     || self.merge_candidates.contains_key(from);
@@ -568,7 +581,10 @@ impl Gms {
             self.outputs.push_back(GmsOutput::Discover(Discovery::Ping));
         }
         if joining.target.is_none() {
-            let waited = now.saturating_duration_since(joining.started);
+            let quiet_since = joining
+                .last_announce
+                .map_or(joining.started, |t| t.max(joining.started));
+            let waited = now.saturating_duration_since(quiet_since);
             let lowest = joining.joiners.iter().all(|j| *j > self.local);
             if waited >= self.config.discovery_timeout
                 && (lowest || waited >= self.config.discovery_timeout * 2)
@@ -615,7 +631,9 @@ impl Gms {
 
     fn send_heartbeats(&mut self) {
         let Some(view) = &self.view else { return };
-        let epoch = view.epoch();
+        // The highest epoch we know of, not just our view's: knowledge of epochs spreads to
+        // every member, so the next view (and its fencing tokens) exceeds them all.
+        let epoch = self.max_epoch_seen.max(view.epoch());
         for member in view.members() {
             if *member != self.local {
                 self.outputs.push_back(GmsOutput::Heartbeat {

@@ -194,8 +194,9 @@ impl Client {
         }
     }
 
-    /// A new view: follow its coordinator as grantor. A new grantor gets every pending
-    /// request and release again (it deduplicates), and learns the rest in reconciliation.
+    /// A new view: follow its coordinator as grantor, and send it every pending request and
+    /// release again. The grantor deduplicates by request id, so this is harmless, and it means
+    /// nothing depends on a report reaching a reconciliation in time.
     pub(crate) fn on_view(&mut self, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
         let grantor = view.coordinator().clone();
@@ -209,24 +210,38 @@ impl Client {
         let messages: Vec<LockMessage> = self
             .pending
             .iter()
-            .filter(|(_, p)| changed || !p.sent)
             .map(|(r, p)| self.lock_message(*r, p))
             .collect();
         for p in self.pending.values_mut() {
             p.sent = true;
         }
         out.extend(messages.into_iter().map(|m| (grantor.clone(), m)));
-        if changed && !self.forget_releases {
+        if !self.forget_releases {
             for (request, release) in &self.releases {
                 out.push_back((grantor.clone(), self.unlock_message(*request, release)));
             }
         }
     }
 
-    /// Marks every held lock lost (minority, lease expiry, shutdown).
-    pub(crate) fn lose_all(&mut self, reason: LockLostReason, notices: &mut VecDeque<LockNotice>) {
+    /// Marks every held lock lost (minority, lease expiry). Each is also released at the
+    /// grantor, like an unlock, so the grantor's table and this member agree again.
+    pub(crate) fn lose_all(
+        &mut self,
+        reason: LockLostReason,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
         for (request, held) in std::mem::take(&mut self.held) {
             debug!(lock = %held.name, %request, ?reason, "lock lost");
+            let release = Release {
+                name: held.name.clone(),
+                owner: held.owner,
+                token: held.token,
+            };
+            if let Some(grantor) = &self.grantor {
+                out.push_back((grantor.clone(), self.unlock_message(request, &release)));
+            }
+            self.releases.insert(request, release);
             notices.push_back(LockNotice::Lost {
                 request,
                 name: held.name,
@@ -285,8 +300,23 @@ impl Client {
                     trace!(%from, %request, "grant from a member that is not our grantor; ignored");
                     return;
                 }
+                if self.held.contains_key(&request) || self.cancelled.contains_key(&request) {
+                    // A resend of a grant we have, or a grant our cancel will release.
+                    return;
+                }
                 let Some(pending) = self.pending.remove(&request) else {
-                    // Already held (a resend), or cancelled (the cancel releases it).
+                    // A request we finished long ago, delivered again (a stale copy after a
+                    // partition): give the grant back so the grantor's table does not keep it.
+                    debug!(%request, lock = %name, "grant of a finished request; releasing it");
+                    out.push_back((
+                        from.clone(),
+                        LockMessage::Unlock {
+                            request,
+                            name,
+                            owner: self.owner(0),
+                            token,
+                        },
+                    ));
                     return;
                 };
                 self.held.insert(
@@ -352,7 +382,10 @@ impl Client {
                 }
             }
             LockMessage::LockInfoRequest { epoch } => {
-                if from_grantor {
+                // Answer only the grantor of the view we are in: the answer certifies that we
+                // installed that view, which a `Majority` grantor needs from a majority before
+                // its epoch may appear in fencing tokens.
+                if from_grantor && epoch == self.epoch {
                     out.push_back((from.clone(), self.report(epoch)));
                 }
             }

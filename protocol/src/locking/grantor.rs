@@ -29,6 +29,9 @@ pub(crate) struct Ctx<'a> {
     /// `Majority`: how long a departed member's locks stay fenced (lease + margin).
     pub(crate) fence: Option<Duration>,
     pub(crate) reconcile_timeout: Duration,
+    /// `Majority`: the cluster size; reconciliation needs reports from a strict majority of
+    /// it (members that installed the grantor's view) before the grantor may serve.
+    pub(crate) quorum: Option<usize>,
 }
 
 /// One member's reconciliation report.
@@ -119,8 +122,11 @@ impl Grantor {
     }
 
     fn may_grant(&self, ctx: &Ctx<'_>) -> bool {
-        let phase_ok = self.is_serving() || self.sabotage.grant_while_reconciling;
-        phase_ok && ctx.policy_ok && self.grace_until.is_none_or(|t| ctx.now >= t)
+        if self.sabotage.grant_while_reconciling {
+            // The historical bug: serve at once from whatever table there is.
+            return self.is_active() && ctx.policy_ok;
+        }
+        self.is_serving() && ctx.policy_ok && self.grace_until.is_none_or(|t| ctx.now >= t)
     }
 
     /// Becomes the grantor (or restarts after a merge): asks every member for its report.
@@ -155,10 +161,12 @@ impl Grantor {
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
     pub(crate) fn view_changed(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
-        self.epoch = self.epoch.max(ctx.view.epoch());
-        if let Phase::Reconciling(r) = &mut self.phase {
-            r.awaiting.retain(|m| ctx.view.contains(m));
-            self.maybe_finish(ctx, out);
+        // Tokens keep the epoch of the reconciled view: only that epoch is known to have been
+        // installed by the members that reported (a majority, under `Majority`).
+        if self.is_reconciling() {
+            // Reports certify the view they answer; start over for the new one (members
+            // answer only the request of the view they are in).
+            self.start(ctx, out);
             return;
         }
         if !self.is_serving() {
@@ -240,10 +248,22 @@ impl Grantor {
 
     /// Timers: the reconciliation deadline, the end of the grace period, fenced locks.
     pub(crate) fn handle_timeout(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
-        if let Phase::Reconciling(r) = &self.phase {
-            if ctx.now >= r.deadline {
+        if let Phase::Reconciling(r) = &mut self.phase {
+            if ctx.now < r.deadline {
+                return;
+            }
+            if has_quorum(ctx, r) {
                 info!(grantor = %self.local, missing = r.awaiting.len(), "reconciliation timed out; using the reports received");
                 self.finish(ctx, out);
+            } else {
+                // Without reports from a majority this epoch may not grant: ask again.
+                r.deadline = ctx.now + ctx.reconcile_timeout;
+                for member in &r.awaiting {
+                    out.push_back((
+                        member.clone(),
+                        LockMessage::LockInfoRequest { epoch: r.epoch },
+                    ));
+                }
             }
             return;
         }
@@ -267,7 +287,8 @@ impl Grantor {
     }
 
     fn maybe_finish(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
-        if matches!(&self.phase, Phase::Reconciling(r) if r.awaiting.is_empty()) {
+        if matches!(&self.phase, Phase::Reconciling(r) if r.awaiting.is_empty() && has_quorum(ctx, r))
+        {
             self.finish(ctx, out);
         }
     }
@@ -305,7 +326,9 @@ impl Grantor {
         }
         info!(grantor = %self.local, locks = self.table.len(), "lock table rebuilt; serving");
         for (from, message) in r.backlog {
-            self.serve(ctx, &from, message, out);
+            if ctx.view.contains(&from) {
+                self.serve(ctx, &from, message, out);
+            }
         }
         self.promote_all(ctx, out);
     }
@@ -537,6 +560,13 @@ impl Grantor {
             .holders()
             .map(|(name, h)| (name, &h.owner, h.request, h.mode))
     }
+}
+
+/// Whether the reports received come from a strict majority of the cluster (`Majority`), or
+/// always (`Available`).
+fn has_quorum(ctx: &Ctx<'_>, r: &Reconciliation) -> bool {
+    ctx.quorum
+        .is_none_or(|cluster_size| r.reports.len() * 2 > cluster_size)
 }
 
 fn holder_of(h: &HeldLock) -> Holder {

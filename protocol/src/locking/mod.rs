@@ -180,7 +180,8 @@ pub struct HoldInfo {
 #[cfg(feature = "sim")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockSabotage {
-    /// Serve requests while reconciling, from the half-built table.
+    /// Serve requests while reconciling, from the half-built table, without waiting for the
+    /// lease of departed holders to run out.
     pub grant_while_reconciling: bool,
     /// Promote waiters without re-checking that their member is still in the view.
     pub skip_liveness_recheck: bool,
@@ -206,6 +207,8 @@ pub struct LockService {
     next_check: Option<Instant>,
     /// The latest time seen in any input.
     last_now: Instant,
+    /// The highest view epoch this member has heard of (from the membership layer).
+    known_epoch: u64,
 }
 
 impl LockService {
@@ -222,6 +225,7 @@ impl LockService {
             notices: VecDeque::new(),
             next_check: None,
             last_now: Instant::ZERO,
+            known_epoch: 0,
         }
     }
 
@@ -291,9 +295,20 @@ impl LockService {
         }
     }
 
+    /// Tells the lock layer the highest view epoch this member has heard of (the simulator's
+    /// token checker uses it to tell a protocol bug from a cluster that lost its memory).
+    pub fn observe_epoch(&mut self, now: Instant, epoch: u64) {
+        let _ = now;
+        self.known_epoch = self.known_epoch.max(epoch);
+    }
+
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
         let previous_grantor = self.client.grantor().cloned();
+        let could_grant = self
+            .view
+            .as_ref()
+            .is_some_and(|v| self.config.policy.allows(v.len()));
         let mut heard = BTreeMap::new();
         for member in view.members() {
             heard.insert(
@@ -306,11 +321,21 @@ impl LockService {
         self.client.on_view(view, &mut self.outbox);
         if !self.config.policy.allows(view.len()) && self.client.has_held() {
             debug!(member = %self.local, view = %view, "minority view: locks lost");
-            self.client
-                .lose_all(LockLostReason::Minority, &mut self.notices);
+            self.client.lose_all(
+                LockLostReason::Minority,
+                &mut self.outbox,
+                &mut self.notices,
+            );
         }
         let coordinator = view.coordinator() == &self.local;
-        let became = previous_grantor.as_ref() != Some(&self.local) || !self.grantor.is_active();
+        // Gaining a majority is like becoming grantor: members that just joined may hold
+        // locks of another lineage, and their leases must run out first.
+        let gained_majority = self.config.policy.is_majority()
+            && !could_grant
+            && self.config.policy.allows(view.len());
+        let became = previous_grantor.as_ref() != Some(&self.local)
+            || !self.grantor.is_active()
+            || gained_majority;
         let ctx = self.ctx(now, view);
         if coordinator && (became || origin == ViewOrigin::Merged) {
             self.grantor.start(&ctx, &mut self.outbox);
@@ -424,10 +449,15 @@ impl LockService {
         self.grantor.stats
     }
 
-    /// Takes the grants made since the last call, in order (simulator token checker).
+    /// Takes the grants made since the last call, in order, with the highest epoch this
+    /// member knew of at each (simulator token checker).
     #[cfg(feature = "sim")]
-    pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken)> {
+    pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken, u64)> {
+        let known = self.known_epoch;
         std::mem::take(&mut self.grantor.grant_log)
+            .into_iter()
+            .map(|(name, token)| (name, token, known))
+            .collect()
     }
 
     fn ctx<'a>(&self, now: Instant, view: &'a View) -> Ctx<'a> {
@@ -435,6 +465,10 @@ impl LockService {
             now,
             view,
             policy_ok: self.config.policy.allows(view.len()) && self.quorum_heard(now),
+            quorum: match self.config.policy {
+                PartitionPolicy::Majority { cluster_size } => Some(cluster_size),
+                PartitionPolicy::Available => None,
+            },
             fence: self
                 .config
                 .policy
@@ -506,7 +540,8 @@ impl LockService {
             } else {
                 LockLostReason::Minority
             };
-            self.client.lose_all(reason, &mut self.notices);
+            self.client
+                .lose_all(reason, &mut self.outbox, &mut self.notices);
         }
         let grantor_waits = self.grantor.is_serving();
         self.next_check = (self.client.has_held() || grantor_waits)

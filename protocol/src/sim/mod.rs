@@ -26,24 +26,30 @@
 //! assert_eq!(sim::run(7, &SimConfig::default()), Ok(report));
 //! ```
 
+mod lock_check;
 mod network;
 mod report;
 mod rng;
+mod workload;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use conclave_lock_api::MemberId;
+use conclave_lock_api::{FencingToken, LockName, MemberId, RequestId};
 
 use crate::endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent};
 use crate::gms::{MembershipState, Sabotage};
+use crate::locking::{LockSabotage, PartitionPolicy};
 use crate::time::Instant;
 use network::{Conditions, Network};
 
 pub use network::NetworkStats;
 pub use report::{Report, Violation};
 pub use rng::SimRng;
+use workload::{Action, Actor};
+pub use workload::{Workload, WorkloadStats};
 
 /// The shape of a simulated run.
 #[derive(Clone, Debug)]
@@ -68,8 +74,17 @@ pub struct SimConfig {
     pub max_datagram: usize,
     /// Protocol configuration of every node. Default [`EndpointConfig::local`].
     pub endpoint: EndpointConfig,
-    /// Deliberate protocol bugs, to prove the checkers fire. Default none.
+    /// Deliberate membership bugs, to prove the checkers fire. Default none.
     pub sabotage: Sabotage,
+    /// Simulated lock users; `None` runs membership alone. Default `None`.
+    pub workload: Option<Workload>,
+    /// Deliberate locking bugs, to prove the lock checkers fire. Default none.
+    pub lock_sabotage: LockSabotage,
+    /// At most this many nodes are down (crashed or leaving) at once. Default unlimited (one
+    /// node always stays up).
+    /// `Majority` runs keep a majority up: fencing tokens can only keep increasing if some
+    /// member of the last granting view lives on to hand its epoch to the next one.
+    pub max_down: usize,
     /// Hard bound on steps, so no run can loop forever. Default 3,000,000.
     pub max_steps: u64,
 }
@@ -88,8 +103,33 @@ impl Default for SimConfig {
             max_datagram: 1400,
             endpoint: EndpointConfig::local(),
             sabotage: Sabotage::default(),
+            workload: None,
+            lock_sabotage: LockSabotage::default(),
+            max_down: usize::MAX,
             max_steps: 3_000_000,
         }
+    }
+}
+
+impl SimConfig {
+    /// A locking run: the default faults, lock users on every node, and `policy` (for
+    /// `Majority`, the cluster size is the number of nodes).
+    pub fn locking(policy: PartitionPolicy) -> Self {
+        let mut config = SimConfig {
+            workload: Some(Workload::default()),
+            calm: Duration::from_secs(30),
+            ..SimConfig::default()
+        };
+        config.endpoint.locks.policy = match policy {
+            PartitionPolicy::Majority { .. } => {
+                config.max_down = (config.nodes - 1) / 2;
+                PartitionPolicy::Majority {
+                    cluster_size: config.nodes,
+                }
+            }
+            PartitionPolicy::Available => PartitionPolicy::Available,
+        };
+        config
     }
 }
 
@@ -113,6 +153,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<Report, Violation> {
             at: Instant::ZERO,
             invariant: "the protocol never panics",
             detail,
+            replay: replay_command(seed, config),
         })
     })
 }
@@ -133,6 +174,10 @@ struct Slot {
     endpoint: Option<Endpoint>,
     state: SlotState,
     last_epoch: u64,
+    actors: Vec<Actor>,
+    next_owner: u64,
+    /// Requests of this incarnation that were granted (a second grant is a violation).
+    granted: BTreeSet<RequestId>,
 }
 
 #[derive(Debug)]
@@ -155,6 +200,10 @@ struct Simulation {
     calm: bool,
     crashes: Vec<Crash>,
     fault_times: Vec<Instant>,
+    /// Last fencing token granted per (grantor incarnation, or 0 for cluster-wide, lock).
+    last_tokens: BTreeMap<(u128, LockName), FencingToken>,
+    /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
+    trace: bool,
     report: Report,
 }
 
@@ -169,6 +218,9 @@ impl Simulation {
                     restart_at: Instant::from_nanos(rng.below(500_000_000)),
                 },
                 last_epoch: 0,
+                actors: Vec::new(),
+                next_owner: 1,
+                granted: BTreeSet::new(),
             })
             .collect();
         let conditions = Conditions {
@@ -190,6 +242,8 @@ impl Simulation {
             calm: false,
             crashes: Vec::new(),
             fault_times: Vec::new(),
+            last_tokens: BTreeMap::new(),
+            trace: std::env::var_os("CONCLAVE_SIM_TRACE").is_some(),
             report: Report {
                 seed,
                 ..Report::default()
@@ -226,6 +280,9 @@ impl Simulation {
             }
             self.flush()?;
             self.check_exclusions()?;
+            if self.config.workload.is_some() {
+                self.check_locks()?;
+            }
             if self.calm && self.converged() {
                 self.report.converged_after = self.now - self.chaos_end;
                 return Ok(self.finish());
@@ -250,6 +307,16 @@ impl Simulation {
                     }
                 }
                 _ => {}
+            }
+            if matches!(slot.state, SlotState::Up) {
+                for actor in &slot.actors {
+                    if self.calm && actor.is_idle() {
+                        continue;
+                    }
+                    if let Some(t) = actor.next_timer() {
+                        next = next.min(t);
+                    }
+                }
             }
         }
         next
@@ -285,6 +352,7 @@ impl Simulation {
         self.fault_times.push(self.now);
         let live = self.live_indices();
         let n = self.slots.len();
+        let may_take_down = n - live.len() < self.config.max_down;
         match self.rng.below(10) {
             0..=2 if !self.network.is_partitioned() && n >= 2 => {
                 let size = 1 + self.rng.below(n as u64 - 1) as usize;
@@ -301,7 +369,7 @@ impl Simulation {
                 self.network.heal();
                 self.report.partitions_healed += 1;
             }
-            3..=5 if live.len() >= 2 => {
+            3..=5 if live.len() >= 2 && may_take_down => {
                 let coordinators: Vec<usize> = live
                     .iter()
                     .copied()
@@ -318,7 +386,7 @@ impl Simulation {
                 };
                 self.crash(victim);
             }
-            6 if live.len() >= 2 => {
+            6 if live.len() >= 2 && may_take_down => {
                 let leaver = live[self.rng.below(live.len() as u64) as usize];
                 if let Some(endpoint) = self.slots[leaver].endpoint.as_mut() {
                     endpoint.leave(self.now);
@@ -343,7 +411,11 @@ impl Simulation {
             self.report.coordinator_crashes += 1;
         }
         self.report.crashes += 1;
-        report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+        if !endpoint.locks().grantor_holds().is_empty() {
+            self.report.grantor_crashes_with_locks += 1;
+        }
+        self.report.add_endpoint(&endpoint);
+        slot.actors.clear();
         let gms = &self.config.endpoint.gms;
         let deadline = self.now
             + gms.suspect_timeout * 2
@@ -374,10 +446,19 @@ impl Simulation {
             self.config.max_datagram,
         );
         endpoint.gms_mut().set_sabotage(self.config.sabotage);
+        endpoint.locks_mut().set_sabotage(self.config.lock_sabotage);
         endpoint.join(self.now);
         slot.endpoint = Some(endpoint);
         slot.state = SlotState::Up;
         slot.last_epoch = 0;
+        slot.granted.clear();
+        slot.actors.clear();
+        if let Some(workload) = &self.config.workload {
+            for _ in 0..workload.actors_per_node {
+                slot.actors
+                    .push(Actor::new(&mut self.rng, self.now, workload));
+            }
+        }
         self.report.starts += 1;
     }
 
@@ -404,8 +485,9 @@ impl Simulation {
                     let patience = self.config.endpoint.gms.leave_timeout * 4;
                     if done || self.now >= since + patience {
                         if let Some(endpoint) = self.slots[index].endpoint.take() {
-                            report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+                            self.report.add_endpoint(&endpoint);
                         }
+                        self.slots[index].actors.clear();
                         let downtime = Duration::from_millis(self.rng.between(200, 2_000));
                         self.slots[index].state = SlotState::Down {
                             restart_at: self.now + downtime,
@@ -422,6 +504,7 @@ impl Simulation {
                             endpoint.handle_timeout(self.now);
                         }
                     }
+                    self.run_actors(index);
                 }
                 SlotState::Down { .. } => {}
             }
@@ -465,9 +548,49 @@ impl Simulation {
         Ok(())
     }
 
+    fn run_actors(&mut self, index: usize) {
+        let Some(workload) = self.config.workload.clone() else {
+            return;
+        };
+        for a in 0..self.slots[index].actors.len() {
+            let owner = self.slots[index].next_owner;
+            let issue = !self.calm;
+            let action = self.slots[index].actors[a].tick(
+                &mut self.rng,
+                self.now,
+                &workload,
+                owner,
+                issue,
+                &mut self.report.workload,
+            );
+            let slot = &mut self.slots[index];
+            let Some(endpoint) = slot.endpoint.as_mut() else {
+                return;
+            };
+            match action {
+                Some(Action::Lock(request)) => {
+                    slot.next_owner += 1;
+                    let id = endpoint.lock(self.now, request);
+                    slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
+                }
+                Some(Action::Cancel(request)) => endpoint.cancel(self.now, request),
+                Some(Action::Unlock(request)) => {
+                    // A lock lost meanwhile is no longer held: that is not an error here.
+                    let _ = endpoint.unlock(self.now, request);
+                }
+                None => {}
+            }
+        }
+    }
+
     fn check_event(&mut self, index: usize, event: EndpointEvent) -> Result<(), Violation> {
-        let EndpointEvent::ViewInstalled { view, .. } = event else {
-            return Ok(());
+        if self.trace {
+            println!("{:?} node {index}: {event:?}", self.now);
+        }
+        let view = match event {
+            EndpointEvent::ViewInstalled { view, .. } => view,
+            EndpointEvent::Lock(notice) => return self.on_notice(index, notice),
+            EndpointEvent::Left => return Ok(()),
         };
         self.report.views_installed += 1;
         self.report.trace_hash = fnv(self.report.trace_hash, &view.epoch().to_le_bytes());
@@ -534,6 +657,11 @@ impl Simulation {
     }
 
     fn converged(&self) -> bool {
+        self.views_converged() && (self.config.workload.is_none() || self.locks_settled())
+    }
+
+    /// Whether every node is up and all share one view holding exactly them.
+    fn views_converged(&self) -> bool {
         let mut live = Vec::new();
         for slot in &self.slots {
             match (&slot.state, &slot.endpoint) {
@@ -559,15 +687,20 @@ impl Simulation {
             .enumerate()
             .map(|(i, s)| match &s.endpoint {
                 Some(e) => format!(
-                    "node {i} {:?} {}",
+                    "node {i} {:?} {} (pending {:?}, releases {}, holds {}, table {:?}, reconciling {})",
                     e.state(),
-                    e.view().map(ToString::to_string).unwrap_or_default()
+                    e.view().map(ToString::to_string).unwrap_or_default(),
+                    e.locks().pending_requests(),
+                    e.locks().pending_releases(),
+                    e.holds(self.now).len(),
+                    e.locks().grantor_holds(),
+                    e.locks().is_reconciling(),
                 ),
                 None => format!("node {i} down"),
             })
             .collect();
         self.violation(
-            "once faults stop, all live members install one identical view within the calm bound",
+            "once faults stop, all live members install one identical view and every lock request is answered within the calm bound",
             views.join("; "),
         )
     }
@@ -575,7 +708,7 @@ impl Simulation {
     fn finish(mut self) -> Report {
         for slot in &self.slots {
             if let Some(endpoint) = &slot.endpoint {
-                report::add_gms(&mut self.report.gms, &endpoint.stats().gms);
+                self.report.add_endpoint(endpoint);
             }
         }
         self.report.virtual_time = self.now - Instant::ZERO;
@@ -590,8 +723,25 @@ impl Simulation {
             at: self.now,
             invariant,
             detail,
+            replay: replay_command(self.seed, &self.config),
         }
     }
+}
+
+/// The command that replays `seed` under `config`'s preset (add `CONCLAVE_SIM_TRACE=1` to
+/// print every event).
+fn replay_command(seed: u64, config: &SimConfig) -> String {
+    let test = if config.workload.is_some() {
+        let policy = if config.endpoint.locks.policy.is_majority() {
+            "majority"
+        } else {
+            "available"
+        };
+        format!("CONCLAVE_SIM_POLICY={policy} cargo test -p conclave-protocol --features sim --release --test locking_simulation")
+    } else {
+        "cargo test -p conclave-protocol --features sim --release --test simulation".to_owned()
+    };
+    format!("CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
 }
 
 fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {

@@ -4,7 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 use super::network::NetworkStats;
+use super::workload::WorkloadStats;
+use crate::endpoint::Endpoint;
 use crate::gms::GmsStats;
+use crate::locking::GrantorStats;
 use crate::time::Instant;
 
 /// What one seed exercised. A run that never reached a fault cannot pass as one that survived
@@ -39,6 +42,17 @@ pub struct Report {
     pub gms: GmsStats,
     /// Views installed, counted from events at every member.
     pub views_installed: u64,
+    /// Grantor counters summed over every incarnation.
+    pub grantor: GrantorStats,
+    /// Crashes of a grantor whose table held at least one lock.
+    pub grantor_crashes_with_locks: u64,
+    /// What the simulated lock users did.
+    pub workload: WorkloadStats,
+    /// Lost-lock notices (duplicate, minority, lease).
+    pub locks_lost: u64,
+    /// Token regressions by a grantor that had never heard of the previous token's epoch
+    /// (the documented fresh-majority limitation of `Majority`).
+    pub token_amnesia: u64,
     /// Virtual time from the end of the faults until every live member had one view.
     pub converged_after: Duration,
     /// A hash of everything delivered and installed: equal for equal runs.
@@ -46,6 +60,13 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds the counters of an endpoint that stops (crash, leave, end of run).
+    pub(crate) fn add_endpoint(&mut self, endpoint: &Endpoint) {
+        let stats = endpoint.stats();
+        add_gms(&mut self.gms, &stats.gms);
+        add_grantor(&mut self.grantor, &stats.grantor);
+    }
+
     /// Adds the counters of `other` (for totals over many seeds).
     pub fn accumulate(&mut self, other: &Report) {
         self.steps += other.steps;
@@ -67,8 +88,28 @@ impl Report {
         self.exclusions_checked += other.exclusions_checked;
         add_gms(&mut self.gms, &other.gms);
         self.views_installed += other.views_installed;
+        add_grantor(&mut self.grantor, &other.grantor);
+        self.grantor_crashes_with_locks += other.grantor_crashes_with_locks;
+        let (w, o) = (&mut self.workload, &other.workload);
+        w.requests += o.requests;
+        w.granted += o.granted;
+        w.would_block += o.would_block;
+        w.timeouts += o.timeouts;
+        w.cancelled += o.cancelled;
+        w.released += o.released;
+        w.lost += o.lost;
+        self.locks_lost += other.locks_lost;
+        self.token_amnesia += other.token_amnesia;
         self.converged_after = self.converged_after.max(other.converged_after);
     }
+}
+
+fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
+    total.grants += s.grants;
+    total.contended_grants += s.contended_grants;
+    total.reconciliations += s.reconciliations;
+    total.duplicates_resolved += s.duplicates_resolved;
+    total.late_reports += s.late_reports;
 }
 
 pub(crate) fn add_gms(total: &mut GmsStats, s: &GmsStats) {
@@ -122,6 +163,21 @@ impl fmt::Display for Report {
             self.gms.merges_led
         )?;
         writeln!(f, "exclusions checked  {}", self.exclusions_checked)?;
+        if self.workload.requests > 0 {
+            let w = &self.workload;
+            writeln!(
+                f,
+                "lock requests       {} ({} granted, {} would block, {} timed out, {} cancelled, {} released, {} lost)",
+                w.requests, w.granted, w.would_block, w.timeouts, w.cancelled, w.released, w.lost
+            )?;
+            let g = &self.grantor;
+            writeln!(
+                f,
+                "grantor             {} grants ({} contended), {} reconciliations, {} duplicates resolved, {} late reports, {} grantor crashes while locks were held",
+                g.grants, g.contended_grants, g.reconciliations, g.duplicates_resolved, g.late_reports, self.grantor_crashes_with_locks
+            )?;
+            writeln!(f, "token amnesia       {} (grants below a token whose epoch the grantor never heard of)", self.token_amnesia)?;
+        }
         write!(
             f,
             "slowest convergence {:.2} s after faults stopped",
@@ -143,6 +199,8 @@ pub struct Violation {
     pub invariant: &'static str,
     /// What was observed.
     pub detail: String,
+    /// The command that replays the run.
+    pub replay: String,
 }
 
 impl fmt::Display for Violation {
@@ -152,11 +210,7 @@ impl fmt::Display for Violation {
             "invariant violated: {}\n  seed {}, step {}, {:?}\n  {}",
             self.invariant, self.seed, self.step, self.at, self.detail
         )?;
-        write!(
-            f,
-            "  replay: CONCLAVE_SIM_SEED={} cargo test -p conclave-protocol --features sim --release --test simulation replay -- --nocapture",
-            self.seed
-        )
+        write!(f, "  replay: {}", self.replay)
     }
 }
 

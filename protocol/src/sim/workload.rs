@@ -1,0 +1,222 @@
+//! Simulated lock users: actors that lock, try-lock, time out, cancel, hold and unlock.
+
+use std::time::Duration;
+
+use conclave_lock_api::{LockMode, LockName, RequestId};
+
+use super::rng::SimRng;
+use crate::locking::{LockNotice, LockRequest};
+use crate::time::Instant;
+
+/// What the simulated lock users do.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Independent lock users per node. Default 2.
+    pub actors_per_node: usize,
+    /// Distinct lock names (few names, so requests contend). Default 3.
+    pub locks: usize,
+    /// Share of requests in shared mode. Default 0.2.
+    pub shared: f64,
+    /// Share of try-locks. Default 0.2.
+    pub try_lock: f64,
+    /// Share of waiting requests with a timeout. Default 0.3.
+    pub timeout: f64,
+    /// Share of waiting requests whose caller gives up (drops the future) after a while.
+    /// Default 0.1.
+    pub cancel: f64,
+    /// Longest pause between two requests of one actor. Default 200 ms.
+    pub max_think: Duration,
+    /// Longest hold. Default 100 ms.
+    pub max_hold: Duration,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            actors_per_node: 2,
+            locks: 3,
+            shared: 0.2,
+            try_lock: 0.2,
+            timeout: 0.3,
+            cancel: 0.1,
+            max_think: Duration::from_millis(200),
+            max_hold: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Counters of the workload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadStats {
+    /// Requests issued.
+    pub requests: u64,
+    /// Grants received.
+    pub granted: u64,
+    /// Try-locks refused.
+    pub would_block: u64,
+    /// Requests that timed out.
+    pub timeouts: u64,
+    /// Requests cancelled by their caller.
+    pub cancelled: u64,
+    /// Locks released by their holder.
+    pub released: u64,
+    /// Locks lost (duplicate, minority, lease).
+    pub lost: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Actor {
+    Idle {
+        next: Instant,
+    },
+    Waiting {
+        request: RequestId,
+        cancel_at: Option<Instant>,
+    },
+    Holding {
+        request: RequestId,
+        until: Instant,
+    },
+}
+
+/// What an actor wants done to its node.
+pub(crate) enum Action {
+    Lock(LockRequest),
+    Cancel(RequestId),
+    Unlock(RequestId),
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Actor {
+    pub(crate) fn new(rng: &mut SimRng, now: Instant, w: &Workload) -> Self {
+        Actor::Idle {
+            next: now + Duration::from_nanos(rng.below(nanos(w.max_think).max(1))),
+        }
+    }
+
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        match self {
+            Actor::Idle { next } => Some(*next),
+            Actor::Waiting { cancel_at, .. } => *cancel_at,
+            Actor::Holding { until, .. } => Some(*until),
+        }
+    }
+
+    /// Acts if its timer is due. `issue` is false in the calm phase: no new requests then.
+    pub(crate) fn tick(
+        &mut self,
+        rng: &mut SimRng,
+        now: Instant,
+        w: &Workload,
+        owner: u64,
+        issue: bool,
+        stats: &mut WorkloadStats,
+    ) -> Option<Action> {
+        match self.clone() {
+            Actor::Idle { next } if next <= now && issue => {
+                let name = LockName::new(format!("lock-{}", rng.below(w.locks.max(1) as u64)))
+                    .unwrap_or_else(|e| unreachable!("simulator lock names are valid: {e}"));
+                let mode = if rng.chance(w.shared) {
+                    LockMode::Shared
+                } else {
+                    LockMode::Exclusive
+                };
+                let wait = !rng.chance(w.try_lock);
+                let timeout = (wait && rng.chance(w.timeout))
+                    .then(|| Duration::from_millis(rng.between(20, 1_500)));
+                stats.requests += 1;
+                Some(Action::Lock(LockRequest {
+                    owner,
+                    name,
+                    mode,
+                    wait,
+                    timeout,
+                }))
+            }
+            Actor::Waiting {
+                request,
+                cancel_at: Some(at),
+            } if at <= now => {
+                stats.cancelled += 1;
+                *self = Actor::idle(rng, now, w);
+                Some(Action::Cancel(request))
+            }
+            Actor::Holding { request, until } if until <= now => {
+                stats.released += 1;
+                *self = Actor::idle(rng, now, w);
+                Some(Action::Unlock(request))
+            }
+            _ => None,
+        }
+    }
+
+    /// The node accepted the request: wait for its answer (maybe giving up later).
+    pub(crate) fn waiting(
+        &mut self,
+        rng: &mut SimRng,
+        now: Instant,
+        w: &Workload,
+        request: RequestId,
+    ) {
+        let cancel_at = rng
+            .chance(w.cancel)
+            .then(|| now + Duration::from_millis(rng.between(1, 800)));
+        *self = Actor::Waiting { request, cancel_at };
+    }
+
+    fn idle(rng: &mut SimRng, now: Instant, w: &Workload) -> Actor {
+        Actor::Idle {
+            next: now + Duration::from_nanos(rng.below(nanos(w.max_think).max(1))),
+        }
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self, Actor::Idle { .. })
+    }
+
+    /// Reacts to a notice about its own request.
+    pub(crate) fn on_notice(
+        &mut self,
+        rng: &mut SimRng,
+        now: Instant,
+        w: &Workload,
+        notice: &LockNotice,
+        stats: &mut WorkloadStats,
+    ) {
+        match (self.clone(), notice) {
+            (Actor::Waiting { request, .. }, LockNotice::Granted { request: r, .. })
+                if request == *r =>
+            {
+                stats.granted += 1;
+                let hold =
+                    Duration::from_nanos(rng.between(1_000_000, nanos(w.max_hold).max(1_000_000)));
+                *self = Actor::Holding {
+                    request,
+                    until: now + hold,
+                };
+            }
+            (
+                Actor::Waiting { request, .. },
+                LockNotice::Refused {
+                    request: r, reason, ..
+                },
+            ) if request == *r => {
+                match reason {
+                    crate::locking::Refusal::WouldBlock => stats.would_block += 1,
+                    crate::locking::Refusal::Timeout => stats.timeouts += 1,
+                }
+                *self = Actor::idle(rng, now, w);
+            }
+            (Actor::Holding { request, .. }, LockNotice::Lost { request: r, .. })
+                if request == *r =>
+            {
+                stats.lost += 1;
+                *self = Actor::idle(rng, now, w);
+            }
+            _ => {}
+        }
+    }
+}

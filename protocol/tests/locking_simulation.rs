@@ -1,0 +1,184 @@
+//! The simulator with lock users: grantor crashes, partitions, merges, leaves, message loss,
+//! under both partition policies, with every lock checker after every step; and proof that
+//! each checker fires when the protocol is broken on purpose.
+//!
+//! Sized by environment variables so CI can run large bands in release mode:
+//! - `CONCLAVE_LOCK_SEEDS` (default 600 in release builds, 25 in debug builds): seeds per
+//!   policy;
+//! - `CONCLAVE_SIM_FIRST_SEED` (default 1);
+//! - `CONCLAVE_SIM_SEED` with `CONCLAVE_SIM_POLICY=available|majority`: the seed `replay`
+//!   runs and prints.
+
+use conclave_protocol::locking::{LockSabotage, PartitionPolicy};
+use conclave_protocol::sim::{self, Report, SimConfig, Violation};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+const MAJORITY: PartitionPolicy = PartitionPolicy::Majority { cluster_size: 5 };
+
+/// Seeds that broke an earlier version of the locking protocol, kept forever, per policy.
+const AVAILABLE_REGRESSIONS: &[u64] = &[];
+const MAJORITY_REGRESSIONS: &[u64] = &[];
+
+fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
+    let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
+    let count = env_u64(
+        "CONCLAVE_LOCK_SEEDS",
+        if cfg!(debug_assertions) { 25 } else { 600 },
+    );
+    let config = SimConfig::locking(policy);
+    let seeds: Vec<u64> = regressions
+        .iter()
+        .copied()
+        .chain(first..first + count)
+        .collect();
+    let mut total = Report::default();
+    let mut failures = Vec::new();
+    for &seed in &seeds {
+        match sim::run(seed, &config) {
+            Ok(report) => total.accumulate(&report),
+            Err(violation) => failures.push(violation),
+        }
+    }
+    (total, failures, seeds.len())
+}
+
+fn assert_clean(name: &str, (total, failures, seeds): (Report, Vec<Violation>, usize)) -> Report {
+    println!("locking simulator, {name}: {seeds} seeds\n{total}");
+    if let Some(first) = failures.first() {
+        let failed: Vec<u64> = failures.iter().map(|v| v.seed).collect();
+        panic!(
+            "{name}: {} of {seeds} seeds violated an invariant (seeds {failed:?}); the first:\n{first}",
+            failures.len()
+        );
+    }
+    // A band that never reached the faults cannot pass as one that survived them.
+    let g = &total.grantor;
+    assert!(g.grants > 0, "{name}: no grant");
+    assert!(g.contended_grants > 0, "{name}: no contended grant");
+    assert!(g.reconciliations > 0, "{name}: no reconciliation");
+    assert!(
+        total.grantor_crashes_with_locks > 0,
+        "{name}: no grantor crash while locks were held"
+    );
+    assert!(
+        total.coordinator_crashes > 0 && total.partitions_healed > 0 && total.gms.merges_led > 0
+    );
+    assert!(
+        total.workload.timeouts > 0
+            && total.workload.cancelled > 0
+            && total.workload.would_block > 0
+    );
+    total
+}
+
+#[test]
+fn available_policy_seeds_run_clean() {
+    let total = assert_clean(
+        "available",
+        run_band(PartitionPolicy::Available, AVAILABLE_REGRESSIONS),
+    );
+    assert!(
+        total.grantor.duplicates_resolved > 0,
+        "no duplicate lock was resolved"
+    );
+}
+
+#[test]
+fn majority_policy_seeds_run_clean() {
+    assert_clean("majority", run_band(MAJORITY, MAJORITY_REGRESSIONS));
+}
+
+#[test]
+fn the_same_locking_seed_gives_the_same_run() {
+    for policy in [PartitionPolicy::Available, MAJORITY] {
+        let config = SimConfig::locking(policy);
+        let a = sim::run(5, &config).expect("seed runs clean");
+        let b = sim::run(5, &config).expect("seed runs clean");
+        assert_eq!(a, b);
+        assert!(a.workload.requests > 0);
+    }
+}
+
+/// Runs seeds with a broken protocol until a checker fires; returns the invariant named.
+fn first_violation(policy: PartitionPolicy, sabotage: LockSabotage, seeds: u64) -> Option<String> {
+    let config = SimConfig {
+        lock_sabotage: sabotage,
+        ..SimConfig::locking(policy)
+    };
+    (1..=seeds).find_map(|seed| {
+        sim::run(seed, &config)
+            .err()
+            .map(|v| v.invariant.to_owned())
+    })
+}
+
+#[test]
+fn granting_while_reconciling_is_caught() {
+    let sabotage = LockSabotage {
+        grant_while_reconciling: true,
+        ..LockSabotage::default()
+    };
+    let caught = first_violation(MAJORITY, sabotage, 40);
+    assert!(
+        caught.is_some_and(|v| v.starts_with("mutual exclusion")),
+        "not caught"
+    );
+}
+
+#[test]
+fn skipping_the_liveness_recheck_is_caught() {
+    let sabotage = LockSabotage {
+        skip_liveness_recheck: true,
+        ..LockSabotage::default()
+    };
+    let caught = first_violation(PartitionPolicy::Available, sabotage, 40);
+    assert_eq!(
+        caught.as_deref(),
+        Some("no lock stays held by a member that is not in the view")
+    );
+}
+
+#[test]
+fn forgetting_pending_releases_is_caught() {
+    let sabotage = LockSabotage {
+        forget_pending_releases: true,
+        ..LockSabotage::default()
+    };
+    let caught = first_violation(PartitionPolicy::Available, sabotage, 40);
+    assert!(caught.is_some(), "a lost release must be caught");
+}
+
+#[test]
+fn reusing_a_fencing_token_is_caught() {
+    let sabotage = LockSabotage {
+        reuse_fencing_token: true,
+        ..LockSabotage::default()
+    };
+    let caught = first_violation(PartitionPolicy::Available, sabotage, 5);
+    assert_eq!(
+        caught.as_deref(),
+        Some("fencing tokens strictly increase per lock in grant order")
+    );
+}
+
+#[test]
+fn replay() {
+    let Ok(seed) = std::env::var("CONCLAVE_SIM_SEED") else {
+        return;
+    };
+    let seed: u64 = seed.parse().expect("CONCLAVE_SIM_SEED is a number");
+    let policy = match std::env::var("CONCLAVE_SIM_POLICY").as_deref() {
+        Ok("majority") => MAJORITY,
+        _ => PartitionPolicy::Available,
+    };
+    match sim::run(seed, &SimConfig::locking(policy)) {
+        Ok(report) => println!("seed {seed} runs clean\n{report}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}

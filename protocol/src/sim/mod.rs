@@ -204,6 +204,8 @@ struct Simulation {
     last_tokens: BTreeMap<(u128, LockName), FencingToken>,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
+    /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).
+    trace_datagrams: bool,
     report: Report,
 }
 
@@ -244,6 +246,7 @@ impl Simulation {
             fault_times: Vec::new(),
             last_tokens: BTreeMap::new(),
             trace: std::env::var_os("CONCLAVE_SIM_TRACE").is_some(),
+            trace_datagrams: std::env::var("CONCLAVE_SIM_TRACE").is_ok_and(|v| v == "datagrams"),
             report: Report {
                 seed,
                 ..Report::default()
@@ -417,10 +420,12 @@ impl Simulation {
         self.report.add_endpoint(&endpoint);
         slot.actors.clear();
         let gms = &self.config.endpoint.gms;
+        // Suspicion, a takeover chain (a second suspect timeout), then delivery of the new
+        // view over a lossy link: 3 s of retransmissions survive five losses in a row.
         let deadline = self.now
             + gms.suspect_timeout * 2
             + gms.heartbeat_interval * 2
-            + Duration::from_secs(1);
+            + Duration::from_secs(3);
         self.crashes.push(Crash {
             member: endpoint.local().clone(),
             at: self.now,
@@ -466,6 +471,15 @@ impl Simulation {
         match self.slots[to].endpoint.as_mut() {
             Some(endpoint) => {
                 self.network.stats.delivered += 1;
+                if self.trace_datagrams {
+                    let cluster = conclave_lock_api::wire::ClusterId::from_name("sim");
+                    if let Ok(packet) = conclave_lock_api::wire::decode_packet(cluster, bytes) {
+                        println!(
+                            "{:?} node {to} <- {}: {:?}",
+                            self.now, packet.sender, packet.frame
+                        );
+                    }
+                }
                 self.report.trace_hash = fnv(self.report.trace_hash, bytes);
                 endpoint.handle_datagram(self.now, bytes);
             }

@@ -17,7 +17,7 @@ use criterion::{BatchSize, Criterion, Throughput};
 const DATAGRAM: usize = 1400;
 
 fn member(n: u16) -> MemberId {
-    let addr = SocketAddr::from(([10, 0, (n >> 8) as u8, n as u8], 7800));
+    let addr = SocketAddr::from(([127, 0, (n >> 8) as u8, n as u8], 7800));
     let incarnation = 0x5eed_0000_0000_0000_0000_0000_0000_0000 | u128::from(n);
     MemberId::new(incarnation, &format!("member-{n:02}"), addr).expect("valid member")
 }

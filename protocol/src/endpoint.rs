@@ -321,9 +321,11 @@ impl Endpoint {
         self.pump(now);
     }
 
+    /// Reliable-layer traffic is a sign of life for failure detection only. Lock leases are
+    /// renewed by heartbeats alone: a grantor that excluded us still acknowledges what we
+    /// send, but it heartbeats only the members of its view.
     fn note_alive(&mut self, now: Instant, from: &MemberId) {
         self.gms.note_alive(now, from);
-        self.locks.note_alive(now, from);
     }
 
     /// The next datagram to send.
@@ -361,6 +363,7 @@ impl Endpoint {
                 progressed = true;
                 self.handle_gms_output(now, output);
             }
+            progressed |= self.drain_gms_events(now);
             while let Some((from, bytes)) = self.reliable.poll_delivered() {
                 progressed = true;
                 match wire::decode_message(&bytes) {
@@ -371,6 +374,9 @@ impl Endpoint {
                         self.stats.dropped_malformed += 1;
                     }
                 }
+                // A view must reach the lock layer before the next message of the stream: the
+                // grantor sends its view, then asks for lock reports of that view.
+                self.drain_gms_events(now);
             }
             while let Some((to, message)) = self.locks.poll_transmit() {
                 progressed = true;
@@ -384,22 +390,29 @@ impl Endpoint {
                 progressed = true;
                 self.transmit(Destination::Member(to.addr()), frame);
             }
-            while let Some(event) = self.gms.poll_event() {
-                progressed = true;
-                match event {
-                    GmsEvent::ViewInstalled { view, origin } => {
-                        self.note_departures(now, &view);
-                        self.locks.handle_view(now, &view, origin);
-                        self.events
-                            .push_back(EndpointEvent::ViewInstalled { view, origin });
-                    }
-                    GmsEvent::Left => self.events.push_back(EndpointEvent::Left),
-                }
-            }
             if !progressed {
                 return;
             }
         }
+    }
+
+    /// Hands membership events to the lock layer and the application. Returns whether there
+    /// were any.
+    fn drain_gms_events(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        while let Some(event) = self.gms.poll_event() {
+            any = true;
+            match event {
+                GmsEvent::ViewInstalled { view, origin } => {
+                    self.note_departures(now, &view);
+                    self.locks.handle_view(now, &view, origin);
+                    self.events
+                        .push_back(EndpointEvent::ViewInstalled { view, origin });
+                }
+                GmsEvent::Left => self.events.push_back(EndpointEvent::Left),
+            }
+        }
+        any
     }
 
     fn handle_gms_output(&mut self, now: Instant, output: GmsOutput) {

@@ -24,11 +24,13 @@ const MAJORITY: PartitionPolicy = PartitionPolicy::Majority { cluster_size: 5 };
 /// Seeds that broke an earlier version of the locking protocol, kept forever, per policy.
 ///
 /// Available: 5 (a stale copy of a finished request, redelivered after a partition, was granted
-/// and stayed in the table), 1879 (a view delivery that needed five retransmissions).
-const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879];
+/// and stayed in the table), 1879 (a view delivery that needed five retransmissions), 3550 and
+/// 4663 (a lock report request processed before the view it belongs to, so ignored).
+const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663];
 /// Majority: 9 (two takeovers in separate partitions both used epoch 7 for tokens), 64 (a
-/// minority that gained a majority by a fresh joiner granted at once, below older tokens).
-const MAJORITY_REGRESSIONS: &[u64] = &[9, 64];
+/// minority that gained a majority by a fresh joiner granted at once, below older tokens),
+/// 4728 (an excluded holder renewed its lease from the grantor's acks: two holders).
+const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728];
 
 fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
     let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);

@@ -288,7 +288,9 @@ impl LockService {
         self.pump(now);
     }
 
-    /// Records that `from` was heard from (any heartbeat or reliable frame).
+    /// Records a heartbeat from `from`. Only heartbeats should be fed here: members send them
+    /// only to the members of their view, so hearing one from the grantor means it still
+    /// counts us in (acknowledgements of the reliable layer do not mean that).
     pub fn note_alive(&mut self, now: Instant, from: &MemberId) {
         if let Some(at) = self.last_heard.get_mut(from) {
             *at = (*at).max(now);

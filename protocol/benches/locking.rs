@@ -11,7 +11,7 @@ use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, Req
 use conclave_protocol::gms::ViewOrigin;
 use conclave_protocol::locking::{LockConfig, LockNotice, LockRequest, LockService};
 use conclave_protocol::Instant;
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{BatchSize, Criterion, Throughput};
 
 fn member(n: u32) -> MemberId {
     MemberId::new(
@@ -125,5 +125,9 @@ fn reconciliation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lock_unlock_pairs, reconciliation);
-criterion_main!(benches);
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    lock_unlock_pairs(&mut criterion);
+    reconciliation(&mut criterion);
+    criterion.final_summary();
+}

@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, (name, socket)) in names.iter().zip(sockets).enumerate() {
         let stop = Arc::new(AtomicBool::new(false));
         let member = MemberId::new(
-            0x1000 * (i as u128 + 1) << 96 | i as u128,
+            ((0x1000 * (i as u128 + 1)) << 96) | i as u128,
             name,
             socket.local_addr()?,
         )?;

@@ -94,7 +94,9 @@ pub struct EndpointStats {
     pub dropped_malformed: u64,
 }
 
-/// One member's protocol stack. See the [module docs](self).
+/// One member's whole protocol stack on the wire: it decodes and validates every datagram,
+/// feeds discovery and heartbeats to [`Gms`], data segments and acks to [`Reliable`], delivered
+/// messages to [`Gms`] or [`LockService`], and encodes what they send.
 ///
 /// The drive loop, as the driver and the simulator run it:
 ///

@@ -29,8 +29,9 @@ const MAJORITY: PartitionPolicy = PartitionPolicy::Majority { cluster_size: 5 };
 const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663];
 /// Majority: 9 (two takeovers in separate partitions both used epoch 7 for tokens), 64 (a
 /// minority that gained a majority by a fresh joiner granted at once, below older tokens),
-/// 4728 (an excluded holder renewed its lease from the grantor's acks: two holders).
-const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728];
+/// 4728 (an excluded holder renewed its lease from the grantor's acks: two holders), 6019
+/// (a cancel lost when a reconciliation restarted and dropped its backlog).
+const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728, 6019];
 
 fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
     let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);

@@ -1,6 +1,6 @@
 //! The wire format: what crosses the network, and how it is encoded.
 //!
-//! A datagram is a fixed 13-byte [`envelope`] header (magic, protocol version, cluster id)
+//! A datagram is a fixed 13-byte [`Header`] (magic, protocol version, cluster id)
 //! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Frames are either
 //! unreliable (discovery, heartbeats) or part of the reliable layer (data segments and acks).
 //! A data segment carries a fragment of an encoded [`Message`]: a membership or lock message.

@@ -8,9 +8,10 @@
 //! The rules, in short (`docs/protocol.md` has the full state machine):
 //! - The coordinator is the first member of the view. Only a coordinator installs views, and a
 //!   member applies a view only if its epoch is higher than the epoch of its current view.
-//! - A joiner pings the discovery channel; coordinators answer with their view; the joiner
-//!   asks the first coordinator it hears to join. With no answer after the discovery timeout,
-//!   the lowest-id joiner founds a cluster of its own (any joiner does after twice that).
+//! - A joiner pings the discovery channel; every member answers with its view; the joiner asks
+//!   the coordinator of the first view it hears of to join. With no answer for the discovery
+//!   timeout, the lowest-id joiner founds a cluster of its own (any joiner does after twice
+//!   that), at an epoch above every epoch it heard of.
 //! - Members heartbeat each other. The coordinator excludes members it has not heard from for
 //!   the suspect timeout; a member that suspects the coordinator and every member ranked before
 //!   it takes over and installs a view without them.

@@ -150,7 +150,8 @@ impl Client {
         }
     }
 
-    /// Withdraws a pending request (the caller gave up). Returns whether it was pending.
+    /// Withdraws a pending request (the caller gave up). Returns whether it was pending. The
+    /// cancel is kept, and resent to every new grantor, until a grantor confirms it.
     pub(crate) fn cancel(&mut self, request: RequestId, out: &mut Outbox) -> bool {
         let Some(pending) = self.pending.remove(&request) else {
             return false;
@@ -163,6 +164,8 @@ impl Client {
                     name: pending.name.clone(),
                 },
             ));
+        }
+        if pending.sent {
             self.cancelled.insert(request, pending.name);
         }
         true
@@ -200,13 +203,7 @@ impl Client {
     pub(crate) fn on_view(&mut self, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
         let grantor = view.coordinator().clone();
-        let changed = self.grantor.as_ref() != Some(&grantor);
         self.grantor = Some(grantor.clone());
-        if changed {
-            // Nothing of a cancelled request survives a grantor change: the new grantor only
-            // learns requests we report or resend, and we do neither for these.
-            self.cancelled.clear();
-        }
         let messages: Vec<LockMessage> = self
             .pending
             .iter()
@@ -216,6 +213,17 @@ impl Client {
             p.sent = true;
         }
         out.extend(messages.into_iter().map(|m| (grantor.clone(), m)));
+        // Cancels too: a copy of a cancelled request may still sit in some grantor's queue
+        // (or its backlog); the cancel is idempotent and is answered by `Denied`.
+        for (request, name) in &self.cancelled {
+            out.push_back((
+                grantor.clone(),
+                LockMessage::Cancel {
+                    request: *request,
+                    name: name.clone(),
+                },
+            ));
+        }
         if !self.forget_releases {
             for (request, release) in &self.releases {
                 out.push_back((grantor.clone(), self.unlock_message(*request, release)));

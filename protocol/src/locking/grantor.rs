@@ -133,6 +133,11 @@ impl Grantor {
     pub(crate) fn start(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
         let epoch = ctx.view.epoch();
         info!(grantor = %self.local, epoch, members = ctx.view.len(), "reconciling the lock table");
+        // Requests held back by a reconciliation that is starting over still wait.
+        let backlog = match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Reconciling(r) => r.backlog,
+            _ => Vec::new(),
+        };
         self.epoch = epoch;
         self.table.clear();
         self.grace_until = ctx.fence.map(|d| ctx.now + d);
@@ -145,7 +150,7 @@ impl Grantor {
             deadline: ctx.now + ctx.reconcile_timeout,
             awaiting,
             reports: Vec::new(),
-            backlog: Vec::new(),
+            backlog,
         });
     }
 

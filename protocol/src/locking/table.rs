@@ -219,10 +219,7 @@ impl LockTable {
         mut verdict: impl FnMut(&OwnerId) -> Verdict,
     ) -> Vec<Holder> {
         let mut granted = Vec::new();
-        loop {
-            let Some(entry) = self.locks.get_mut(name) else {
-                break;
-            };
+        while let Some(entry) = self.locks.get_mut(name) {
             if entry.not_before.is_some_and(|t| t > now) {
                 break;
             }

@@ -149,8 +149,7 @@ fn lock_try_lock_fifo_and_release() {
     c.unlock(2, a);
     assert!(c
         .take_notices(2)
-        .iter()
-        .any(|n| *n == LockNotice::Released { request: a }));
+        .contains(&LockNotice::Released { request: a }));
     let t1 = c.granted(3, w1).expect("first waiter granted first");
     assert!(c.granted(1, w2).is_none());
     c.unlock(3, w1);

@@ -270,8 +270,12 @@ impl Endpoint {
         self.pump(now);
     }
 
-    /// Leaves the cluster gracefully; keep driving until [`Endpoint::is_drained`].
+    /// Leaves the cluster gracefully: held locks are released (and reported lost with
+    /// `LockLostReason::Shutdown`), pending requests withdrawn, then the member leaves the
+    /// view. Keep driving until [`Endpoint::is_drained`].
     pub fn leave(&mut self, now: Instant) {
+        self.locks.shutdown(now);
+        self.pump(now);
         self.gms.leave(now);
         self.pump(now);
     }

@@ -106,6 +106,10 @@ impl Client {
         self.pending.keys()
     }
 
+    pub(crate) fn pending_name(&self, request: RequestId) -> Option<LockName> {
+        self.pending.get(&request).map(|p| p.name.clone())
+    }
+
     pub(crate) fn pending_releases(&self) -> usize {
         self.releases.len()
     }
@@ -231,7 +235,7 @@ impl Client {
         }
     }
 
-    /// Marks every held lock lost (minority, lease expiry). Each is also released at the
+    /// Marks every held lock lost (minority, lease expiry, shutdown). Each is also released at the
     /// grantor, like an unlock, so the grantor's table and this member agree again.
     pub(crate) fn lose_all(
         &mut self,

@@ -91,6 +91,8 @@ pub enum Refusal {
     WouldBlock,
     /// The request's timeout passed; it was withdrawn.
     Timeout,
+    /// The member is leaving the cluster; the request was withdrawn.
+    Shutdown,
 }
 
 /// What a held lock's owner should believe about it right now.
@@ -279,11 +281,25 @@ impl LockService {
         Ok(())
     }
 
-    /// Marks every held lock lost (the node shuts down) and releases it at the grantor.
-    pub fn release_all(&mut self, now: Instant) {
-        let requests: Vec<RequestId> = self.client.held().map(|(r, _)| *r).collect();
-        for request in requests {
-            self.client.unlock(request, &mut self.outbox);
+    /// The member is leaving: every held lock is reported lost ([`LockLostReason::Shutdown`])
+    /// and released at the grantor, and every pending request is withdrawn
+    /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held
+    /// by a member the grantor no longer counts.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.client.lose_all(
+            LockLostReason::Shutdown,
+            &mut self.outbox,
+            &mut self.notices,
+        );
+        for request in self.client.pending_requests().copied().collect::<Vec<_>>() {
+            if let Some(name) = self.client.pending_name(request) {
+                self.client.cancel(request, &mut self.outbox);
+                self.notices.push_back(LockNotice::Refused {
+                    request,
+                    name,
+                    reason: Refusal::Shutdown,
+                });
+            }
         }
         self.pump(now);
     }

@@ -207,6 +207,7 @@ impl Actor {
                 match reason {
                     crate::locking::Refusal::WouldBlock => stats.would_block += 1,
                     crate::locking::Refusal::Timeout => stats.timeouts += 1,
+                    crate::locking::Refusal::Shutdown => {}
                 }
                 *self = Actor::idle(rng, now, w);
             }

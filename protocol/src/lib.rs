@@ -18,6 +18,8 @@ pub mod locking;
 pub mod reliable;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(test)]
+mod test_support;
 mod time;
 
 pub use endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, Transmit};

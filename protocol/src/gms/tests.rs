@@ -11,15 +11,7 @@ struct Net {
     now: Instant,
 }
 
-fn member(n: u8) -> MemberId {
-    // Incarnations ordered by n: member(1) < member(2) < ...
-    MemberId::new(
-        u128::from(n) << 100,
-        &format!("m{n}"),
-        SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(n))),
-    )
-    .unwrap()
-}
+use crate::test_support::member;
 
 impl Net {
     fn new(n: u8) -> Self {

@@ -312,20 +312,7 @@ impl Grantor {
             .filter(|(m, _)| ctx.view.contains(m))
             .collect();
         reports.sort_by_key(|(m, _)| ctx.view.rank(m));
-        let mut holders: BTreeMap<LockName, Vec<Holder>> = BTreeMap::new();
-        for (member, report) in &reports {
-            for h in &report.held {
-                if h.owner.member == *member {
-                    holders
-                        .entry(h.name.clone())
-                        .or_default()
-                        .push(holder_of(h));
-                }
-            }
-        }
-        for (name, incoming) in holders {
-            self.settle(&name, incoming, out);
-        }
+        self.settle_held(&reports, out);
         for (member, report) in reports {
             self.apply_releases_and_requests(ctx, &member, report, out);
         }
@@ -340,20 +327,30 @@ impl Grantor {
 
     /// Merges a report that arrived after its reconciliation finished.
     fn merge_report(&mut self, ctx: &Ctx<'_>, member: &MemberId, report: Report, out: &mut Outbox) {
+        let reports = [(member.clone(), report)];
+        self.settle_held(&reports, out);
+        let [(member, report)] = reports;
+        self.apply_releases_and_requests(ctx, &member, report, out);
+    }
+
+    /// Adds the locks the reports say are held (each member speaks only for its own owners)
+    /// to the table, lock by lock, through the duplicate rule.
+    fn settle_held(&mut self, reports: &[(MemberId, Report)], out: &mut Outbox) {
         let mut by_name: BTreeMap<LockName, Vec<Holder>> = BTreeMap::new();
-        for h in &report.held {
-            if h.owner.member == *member && self.table.holder(&h.name, member, h.request).is_none()
-            {
-                by_name
-                    .entry(h.name.clone())
-                    .or_default()
-                    .push(holder_of(h));
+        for (member, report) in reports {
+            for h in &report.held {
+                let known = self.table.holder(&h.name, member, h.request).is_some();
+                if h.owner.member == *member && !known {
+                    by_name
+                        .entry(h.name.clone())
+                        .or_default()
+                        .push(holder_of(h));
+                }
             }
         }
         for (name, incoming) in by_name {
             self.settle(&name, incoming, out);
         }
-        self.apply_releases_and_requests(ctx, member, report, out);
     }
 
     /// Puts `incoming` holders of `name` into the table beside the current ones, keeping one

@@ -1,19 +1,11 @@
 //! Unit tests of the locking layer over a perfect network, one scenario per rule.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::*;
 
-fn member(n: u8) -> MemberId {
-    MemberId::new(
-        u128::from(n) << 100,
-        &format!("m{n}"),
-        SocketAddr::from(([127, 0, 0, 1], 7000 + u16::from(n))),
-    )
-    .unwrap()
-}
+use crate::test_support::member;
 
 fn lock_name(s: &str) -> LockName {
     LockName::new(s).unwrap()

@@ -3,7 +3,7 @@
 //! each checker fires when the protocol is broken on purpose.
 //!
 //! Sized by environment variables so CI can run large bands in release mode:
-//! - `CONCLAVE_LOCK_SEEDS` (default 600 in release builds, 25 in debug builds): seeds per
+//! - `CONCLAVE_LOCK_SEEDS` (default 1500 in release builds, 25 in debug builds): seeds per
 //!   policy;
 //! - `CONCLAVE_SIM_FIRST_SEED` (default 1);
 //! - `CONCLAVE_SIM_SEED` with `CONCLAVE_SIM_POLICY=available|majority`: the seed `replay`
@@ -38,7 +38,7 @@ fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violat
     let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
     let count = env_u64(
         "CONCLAVE_LOCK_SEEDS",
-        if cfg!(debug_assertions) { 25 } else { 600 },
+        if cfg!(debug_assertions) { 25 } else { 1500 },
     );
     let config = SimConfig::locking(policy);
     let seeds: Vec<u64> = regressions

@@ -3,7 +3,7 @@
 //! caught.
 //!
 //! Sized by environment variables so CI can run a large band in release mode:
-//! - `CONCLAVE_SIM_SEEDS` (default 500 in release builds, 40 in debug builds): how many seeds
+//! - `CONCLAVE_SIM_SEEDS` (default 1000 in release builds, 40 in debug builds): how many seeds
 //!   `seeds_run_clean` runs;
 //! - `CONCLAVE_SIM_FIRST_SEED` (default 1): the first of them;
 //! - `CONCLAVE_SIM_SEED`: the seed `replay` runs and prints.
@@ -31,7 +31,7 @@ fn seeds_run_clean() {
     let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
     let count = env_u64(
         "CONCLAVE_SIM_SEEDS",
-        if cfg!(debug_assertions) { 40 } else { 500 },
+        if cfg!(debug_assertions) { 40 } else { 1000 },
     );
     let config = SimConfig::default();
     let mut total = Report::default();

@@ -356,18 +356,7 @@ impl Grantor {
     /// Puts `incoming` holders of `name` into the table beside the current ones, keeping one
     /// side of every conflict by the duplicate rule and telling the dropped holders.
     fn settle(&mut self, name: &LockName, incoming: Vec<Holder>, out: &mut Outbox) {
-        let mut all: Vec<Holder> = Vec::new();
-        for h in self
-            .table
-            .holders()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, h)| h.clone())
-        {
-            all.push(h);
-        }
-        for h in &all {
-            self.table.release(name, &h.owner.member, h.request);
-        }
+        let mut all = self.table.take_holders(name);
         all.extend(incoming);
         let (kept, dropped) = resolve_duplicates(all);
         for holder in kept {

@@ -166,6 +166,14 @@ impl LockTable {
         Some(entry.holders.remove(index))
     }
 
+    /// Removes and returns every holder of `name`.
+    pub(crate) fn take_holders(&mut self, name: &LockName) -> Vec<Holder> {
+        self.locks
+            .get_mut(name)
+            .map(|e| std::mem::take(&mut e.holders))
+            .unwrap_or_default()
+    }
+
     /// Removes the queued `request` of `member`.
     pub(crate) fn withdraw(
         &mut self,

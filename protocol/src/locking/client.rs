@@ -106,6 +106,10 @@ impl Client {
         self.pending.keys()
     }
 
+    pub(crate) fn pending_owner(&self, request: RequestId) -> Option<u64> {
+        self.pending.get(&request).map(|p| p.owner)
+    }
+
     pub(crate) fn pending_name(&self, request: RequestId) -> Option<LockName> {
         self.pending.get(&request).map(|p| p.name.clone())
     }

@@ -281,6 +281,32 @@ impl LockService {
         Ok(())
     }
 
+    /// UNLOCK_ALL for one local owner: releases every lock it holds and withdraws every
+    /// request it has pending. Each release is acknowledged and retried like an `unlock`.
+    /// Returns how many locks were released.
+    pub fn unlock_all(&mut self, now: Instant, owner: u64) -> usize {
+        let held: Vec<RequestId> = self
+            .client
+            .held()
+            .filter(|(_, h)| h.owner == owner)
+            .map(|(r, _)| *r)
+            .collect();
+        for request in &held {
+            self.client.unlock(*request, &mut self.outbox);
+        }
+        let pending: Vec<RequestId> = self
+            .client
+            .pending_requests()
+            .copied()
+            .filter(|r| self.client.pending_owner(*r) == Some(owner))
+            .collect();
+        for request in pending {
+            self.client.cancel(request, &mut self.outbox);
+        }
+        self.pump(now);
+        held.len()
+    }
+
     /// The member is leaving: every held lock is reported lost ([`LockLostReason::Shutdown`])
     /// and released at the grantor, and every pending request is withdrawn
     /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held

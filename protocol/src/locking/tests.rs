@@ -403,3 +403,28 @@ fn majority_a_new_grantor_waits_out_the_lease_before_granting() {
     c.advance(config.lease + config.lease_margin);
     assert!(c.granted(3, r).is_some());
 }
+
+#[test]
+fn unlock_all_releases_every_lock_and_request_of_one_owner() {
+    let mut c = Cluster::new(&[1, 2], LockConfig::local());
+    c.install(1, &[1, 2], ViewOrigin::Founded);
+    let a = c.lock(2, 7, "a", LockMode::Exclusive, true);
+    let b = c.lock(2, 7, "b", LockMode::Shared, true);
+    let other = c.lock(2, 8, "c", LockMode::Exclusive, true);
+    let blocker = c.lock(1, 1, "d", LockMode::Exclusive, true);
+    let waiting = c.lock(2, 7, "d", LockMode::Exclusive, true);
+    assert!(
+        c.granted(2, a).is_some() && c.granted(2, b).is_some() && c.granted(1, blocker).is_some()
+    );
+    let now = c.now;
+    assert_eq!(c.node(2).unlock_all(now, 7), 2);
+    c.deliver();
+    let holds: Vec<RequestId> = c.node(2).holds(now).iter().map(|h| h.request).collect();
+    assert_eq!(holds, vec![other], "only the other owner's lock remains");
+    c.unlock(1, blocker);
+    assert!(
+        c.granted(2, waiting).is_none(),
+        "the owner's pending request was withdrawn"
+    );
+    assert_eq!(c.node(1).grantor_holds().len(), 1);
+}

@@ -11,7 +11,7 @@
 //! Nothing leaves the host: every socket is bound to 127.0.0.1 and discovery is sent to the
 //! members' own loopback ports (a seed list), not to a multicast group.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let firewall: Firewall = Arc::new(Mutex::new(Vec::new()));
     let (events_tx, events) = mpsc::channel();
+    let mut watch = Watch {
+        events,
+        latest: BTreeMap::new(),
+        origin,
+    };
 
     println!(
         "== {} members start on loopback, knowing each other's ports",
@@ -77,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let everyone: BTreeSet<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let view = wait_for_agreement(&events, &everyone, origin)?;
+    let view = watch.agreement(&everyone)?;
     println!(
         "   all four agree on {view}; the coordinator is {}",
         view.coordinator()
@@ -98,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|n| **n != coordinator)
         .cloned()
         .collect();
-    let view = wait_for_agreement(&events, &survivors, origin)?;
+    let view = watch.agreement(&survivors)?;
     println!(
         "   survivors agree on {view}; {} took over",
         view.coordinator()
@@ -118,14 +123,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let left: BTreeSet<String> = sides.iter().cloned().collect();
     let alone: BTreeSet<String> = [lonely.clone()].into_iter().collect();
-    let view = wait_for_agreement(&events, &left, origin)?;
+    let view = watch.agreement(&left)?;
     println!("   one side installs {view}");
-    let view = wait_for_agreement(&events, &alone, origin)?;
+    let view = watch.agreement(&alone)?;
     println!("   the other side installs {view}");
 
     println!("\n== the firewall is lifted");
     firewall.lock().map_err(|_| "poisoned")?.clear();
-    let view = wait_for_agreement(&events, &survivors, origin)?;
+    let view = watch.agreement(&survivors)?;
     println!("   the coordinators heard each other and merged: {view}");
 
     println!("\n== shutting down");
@@ -139,36 +144,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Waits (at most 20 s) until the members named in `who` all report the same view holding
-/// exactly them.
-fn wait_for_agreement(
-    events: &Receiver<(String, View)>,
-    who: &BTreeSet<String>,
+/// The latest view each member reported, fed by the members' threads.
+struct Watch {
+    events: Receiver<(String, View)>,
+    latest: BTreeMap<String, View>,
     origin: StdInstant,
-) -> Result<View, Box<dyn std::error::Error>> {
-    let deadline = StdInstant::now() + Duration::from_secs(20);
-    let mut latest: std::collections::BTreeMap<String, View> = Default::default();
-    loop {
-        let left = deadline.saturating_duration_since(StdInstant::now());
-        let (name, view) = events
-            .recv_timeout(left)
-            .map_err(|_| "no agreement within 20 s")?;
-        println!(
-            "   [{:>6.3} s] {name:<5} installs {view}",
-            origin.elapsed().as_secs_f64()
-        );
-        latest.insert(name, view);
-        let views: Vec<&View> = who.iter().filter_map(|n| latest.get(n)).collect();
-        if views.len() == who.len() && views.windows(2).all(|w| w[0] == w[1]) {
-            let names: BTreeSet<String> = views[0]
-                .members()
-                .iter()
-                .map(|m| m.name().to_owned())
-                .collect();
-            if &names == who {
-                return Ok(views[0].clone());
+}
+
+impl Watch {
+    /// Waits (at most 20 s) until the members named in `who` all report the same view holding
+    /// exactly them.
+    fn agreement(&mut self, who: &BTreeSet<String>) -> Result<View, Box<dyn std::error::Error>> {
+        let deadline = StdInstant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(view) = self.agreed(who) {
+                return Ok(view);
             }
+            let left = deadline.saturating_duration_since(StdInstant::now());
+            let (name, view) = self
+                .events
+                .recv_timeout(left)
+                .map_err(|_| "no agreement within 20 s")?;
+            println!(
+                "   [{:>6.3} s] {name:<5} installs {view}",
+                self.origin.elapsed().as_secs_f64()
+            );
+            self.latest.insert(name, view);
         }
+    }
+
+    fn agreed(&self, who: &BTreeSet<String>) -> Option<View> {
+        let views: Vec<&View> = who.iter().filter_map(|n| self.latest.get(n)).collect();
+        if views.len() != who.len() || !views.windows(2).all(|w| w[0] == w[1]) {
+            return None;
+        }
+        let names: BTreeSet<String> = views[0]
+            .members()
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect();
+        (&names == who).then(|| views[0].clone())
     }
 }
 

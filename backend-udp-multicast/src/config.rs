@@ -1,0 +1,128 @@
+//! Settings of the UDP backend.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use thiserror::Error;
+
+/// Where the UDP backend binds and multicasts.
+///
+/// The defaults ([`UdpConfig::loopback`]) keep everything on this host: unicast on
+/// `127.0.0.1` with an ephemeral port, discovery on group `239.255.67.76:45588` over the
+/// loopback interface with TTL 0. To span machines, set [`UdpConfig::bind`] and
+/// [`UdpConfig::interface`] to a real interface's address and [`UdpConfig::ttl`] to at least 1,
+/// and lower [`UdpConfig::max_datagram`] to the path MTU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// The unicast socket's address; its port may be 0 (the system picks one). Default
+    /// `127.0.0.1:0`.
+    pub bind: SocketAddr,
+    /// The multicast group of discovery. Default `239.255.67.76` (IPv4 local scope).
+    pub group: Ipv4Addr,
+    /// The discovery port, shared by every member of the cluster. Default 45588.
+    pub port: u16,
+    /// The interface multicast is sent and received on. Default `127.0.0.1`.
+    pub interface: Ipv4Addr,
+    /// Multicast TTL: 0 keeps datagrams on this host, 1 on the local network. Default 0.
+    pub ttl: u32,
+    /// Whether this host's own members receive its multicast (needed for several members per
+    /// host). Default true.
+    pub multicast_loop: bool,
+    /// The largest datagram sent, in bytes. Default 65,000 (loopback carries 64 KiB); use
+    /// about 1,400 on Ethernet so datagrams are not fragmented by IP.
+    pub max_datagram: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self::loopback()
+    }
+}
+
+impl UdpConfig {
+    /// Everything on the loopback interface, TTL 0: a cluster of processes on this host.
+    pub fn loopback() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            group: Ipv4Addr::new(239, 255, 67, 76),
+            port: 45588,
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            multicast_loop: true,
+            max_datagram: 65_000,
+        }
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`UdpConfigError`] naming the first problem.
+    pub fn validate(&self) -> Result<(), UdpConfigError> {
+        if !self.group.is_multicast() {
+            return Err(UdpConfigError::NotMulticast(self.group));
+        }
+        if self.port == 0 {
+            return Err(UdpConfigError::ZeroPort);
+        }
+        if !(512..=65_507).contains(&self.max_datagram) {
+            return Err(UdpConfigError::DatagramSize(self.max_datagram));
+        }
+        if !self.bind.is_ipv4() {
+            return Err(UdpConfigError::NotIpv4(self.bind));
+        }
+        Ok(())
+    }
+}
+
+/// A [`UdpConfig`] was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum UdpConfigError {
+    /// The group is not a multicast address (224.0.0.0/4).
+    #[error("{0} is not a multicast address")]
+    NotMulticast(Ipv4Addr),
+    /// The discovery port must be fixed and shared: not 0.
+    #[error("the discovery port must not be 0")]
+    ZeroPort,
+    /// The datagram size is outside 512..=65,507 bytes.
+    #[error("max_datagram {0} is outside 512..=65507")]
+    DatagramSize(usize),
+    /// Only IPv4 is supported for now.
+    #[error("{0} is not an IPv4 address")]
+    NotIpv4(SocketAddr),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_stay_on_this_host() {
+        let c = UdpConfig::default();
+        assert!(c.bind.ip().is_loopback());
+        assert!(c.interface.is_loopback());
+        assert_eq!(c.ttl, 0);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let c = UdpConfig {
+            group: Ipv4Addr::new(10, 0, 0, 1),
+            ..UdpConfig::loopback()
+        };
+        assert_eq!(
+            c.validate(),
+            Err(UdpConfigError::NotMulticast(Ipv4Addr::new(10, 0, 0, 1)))
+        );
+        let c = UdpConfig {
+            port: 0,
+            ..UdpConfig::loopback()
+        };
+        assert_eq!(c.validate(), Err(UdpConfigError::ZeroPort));
+        let c = UdpConfig {
+            max_datagram: 100,
+            ..UdpConfig::loopback()
+        };
+        assert_eq!(c.validate(), Err(UdpConfigError::DatagramSize(100)));
+    }
+}

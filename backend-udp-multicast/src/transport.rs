@@ -1,0 +1,151 @@
+//! The UDP transport: one unicast socket, one multicast socket for discovery.
+
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, UdpSocket};
+use std::pin::pin;
+use std::sync::Mutex;
+
+use async_io::Async;
+use async_trait::async_trait;
+use conclave_lock_api::{Datagram, Transport};
+use socket2::{Domain, Protocol, Socket, Type};
+use tracing::debug;
+
+use crate::config::UdpConfig;
+
+/// The largest datagram a UDP socket can receive.
+const RECEIVE_BUFFER: usize = 65_536;
+
+/// A [`Transport`] over UDP: unicast datagrams between members, multicast for discovery.
+///
+/// Sockets are driven by `async-io`'s reactor, so the transport works under any async runtime.
+#[derive(Debug)]
+pub struct UdpMulticast {
+    unicast: Async<UdpSocket>,
+    multicast: Async<UdpSocket>,
+    group: SocketAddr,
+    local: SocketAddr,
+    max_datagram: usize,
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl UdpMulticast {
+    /// Binds the unicast socket and joins the discovery group as `config` says.
+    ///
+    /// # Errors
+    /// `InvalidInput` if the configuration does not validate; any error of the system calls
+    /// (address in use, no such interface, ...).
+    pub fn bind(config: &UdpConfig) -> io::Result<Self> {
+        config
+            .validate()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
+        let unicast = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        unicast.bind(&config.bind.into())?;
+        unicast.set_multicast_if_v4(&config.interface)?;
+        unicast.set_multicast_ttl_v4(config.ttl)?;
+        unicast.set_multicast_loop_v4(config.multicast_loop)?;
+
+        let multicast = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        multicast.set_reuse_address(true)?;
+        #[cfg(unix)]
+        multicast.set_reuse_port(true)?;
+        // Binding to the group address (where the system allows it) keeps datagrams of other
+        // groups on the same port out of this socket.
+        let bind_ip = if cfg!(unix) {
+            config.group
+        } else {
+            std::net::Ipv4Addr::UNSPECIFIED
+        };
+        multicast.bind(&SocketAddr::from((bind_ip, config.port)).into())?;
+        multicast.join_multicast_v4(&config.group, &config.interface)?;
+        multicast.set_multicast_loop_v4(config.multicast_loop)?;
+
+        let unicast = Async::new(UdpSocket::from(unicast))?;
+        let multicast = Async::new(UdpSocket::from(multicast))?;
+        let local = unicast.get_ref().local_addr()?;
+        debug!(%local, group = %config.group, port = config.port, ttl = config.ttl, "UDP transport bound");
+        Ok(Self {
+            unicast,
+            multicast,
+            group: SocketAddr::from((config.group, config.port)),
+            local,
+            max_datagram: config.max_datagram,
+            scratch: Mutex::new(vec![0; RECEIVE_BUFFER]),
+        })
+    }
+
+    /// Binds with [`UdpConfig::loopback`]: this host only.
+    ///
+    /// # Errors
+    /// As [`UdpMulticast::bind`].
+    pub fn loopback() -> io::Result<Self> {
+        Self::bind(&UdpConfig::loopback())
+    }
+
+    /// The discovery group and port.
+    pub fn group(&self) -> SocketAddr {
+        self.group
+    }
+
+    /// Takes one datagram from `socket` if one is waiting.
+    fn try_recv(&self, socket: &Async<UdpSocket>) -> io::Result<Option<Datagram>> {
+        let mut buf = self
+            .scratch
+            .lock()
+            .map_err(|_| io::Error::other("receive buffer poisoned"))?;
+        match socket.get_ref().recv_from(&mut buf) {
+            Ok((len, from)) => Ok(Some(Datagram {
+                from,
+                bytes: buf[..len].to_vec(),
+            })),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+            // An ICMP error about an earlier send to a member that is gone: not ours to fail.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
+                ) =>
+            {
+                debug!(error = %e, "ignored ICMP error on receive");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for UdpMulticast {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn max_datagram_size(&self) -> usize {
+        self.max_datagram
+    }
+
+    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.unicast.send_to(bytes, to).await.map(|_| ())
+    }
+
+    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.unicast.send_to(bytes, self.group).await.map(|_| ())
+    }
+
+    async fn recv(&self) -> io::Result<Datagram> {
+        loop {
+            if let Some(datagram) = self.try_recv(&self.unicast)? {
+                return Ok(datagram);
+            }
+            if let Some(datagram) = self.try_recv(&self.multicast)? {
+                return Ok(datagram);
+            }
+            let unicast = pin!(self.unicast.readable());
+            let multicast = pin!(self.multicast.readable());
+            match futures::future::select(unicast, multicast).await {
+                futures::future::Either::Left((ready, _))
+                | futures::future::Either::Right((ready, _)) => ready?,
+            }
+        }
+    }
+}

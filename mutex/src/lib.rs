@@ -2,11 +2,104 @@
 //!
 //! A service running on many machines writes `let guard = mutex.lock().await?` and knows that
 //! no other process of the cluster holds that lock until the guard drops. This crate is the
-//! front end: `Node`, `DistributedMutex`, `ReentrantLock`, `RwLock`, their guards, and the driver
-//! that runs [`conclave_protocol`] over a membership backend.
+//! front end: [`Node`], [`DistributedMutex`], [`ReentrantLock`], [`RwLock`], their guards, and
+//! the driver that runs [`conclave_protocol`] over a membership backend ([`api::Transport`]):
+//! the in-memory [`memory`] transport, always available, or `udp` (feature `udp-multicast`).
 //!
-//! Status: the front end lands with its own issue. Today this crate re-exports the contract
-//! ([`conclave_lock_api`]) and the protocol core ([`conclave_protocol`]).
+//! ```
+//! use std::time::Duration;
+//! use conclave::memory::MemoryNetwork;
+//! use conclave::{EndpointConfig, LockError, Node};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two members in one process, over the in-memory transport.
+//! let network = MemoryNetwork::new();
+//! smol::block_on(async {
+//!     let a = Node::builder("orders-cluster")
+//!         .name("worker-1")
+//!         .transport(network.transport())
+//!         .config(EndpointConfig::local())
+//!         .join()
+//!         .await?;
+//!     let b = Node::builder("orders-cluster")
+//!         .name("worker-2")
+//!         .transport(network.transport())
+//!         .config(EndpointConfig::local())
+//!         .join()
+//!         .await?;
+//!
+//!     let guard = a.mutex("invoice-42")?.lock().await?; // waits; Err on shutdown
+//!     let _token = guard.fencing_token();               // pass it to the resource you protect
+//!     let on_b = b.mutex("invoice-42")?;
+//!     assert!(matches!(on_b.try_lock().await, Err(LockError::WouldBlock)));
+//!     assert!(matches!(
+//!         on_b.lock_timeout(Duration::from_millis(50)).await,
+//!         Err(LockError::Timeout)
+//!     ));
+//!     drop(guard);                                       // releases without blocking
+//!     let guard = on_b.lock().await?;
+//!     guard.unlock().await?;                             // releases, waits for the grantor
+//!
+//!     b.leave().await;
+//!     a.leave().await;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! # How it runs
+//! Each [`Node`] owns one thread, `conclave-<name>`, running [`async_io::block_on`]: it
+//! receives datagrams, fires the protocol's timers and answers the grantor's messages. The
+//! public futures wait on [`event_listener`], so the same API works under tokio, smol,
+//! async-std or a plain `block_on`; the crate depends on no runtime.
+//!
+//! A lock request is registered in the protocol core on the future's first poll, from the
+//! caller's own task, which also sends the request datagram. The driver thread of the node
+//! completes the waiting future directly when the grant arrives. Thread hops per request:
+//!
+//! - this member is the grantor and the lock is free: none, the grant happens inside the
+//!   first poll;
+//! - the grantor is another member: three, as for any request and reply over a network
+//!   (caller → grantor's driver → this node's driver → caller's task);
+//! - dropping a guard: none for the caller (the release is sent from the dropping thread);
+//!   [`MutexGuard::unlock`] waits for the acknowledgement, three hops again.
+//!
+//! # Failure semantics
+//! A guard tells what its member believes: [`MutexGuard::status`] is held, suspended (the
+//! grantor has been silent; ownership unknown) or lost, and [`MutexGuard::lost`] resolves
+//! when the lock is lost without being released. [`Node::on_lock_lost`] registers handlers
+//! called at that moment, and [`Node::lock_events`] streams every lock event. What a
+//! partition may do is the [`PartitionPolicy`]: `Available` keeps granting on every side and
+//! resolves duplicates at the merge (the loser is told), `Majority` grants only in a majority
+//! and makes a minority's holders give their locks up. Fencing tokens strictly increase per
+//! lock across grantor changes: pass them to the resource you protect.
+
+mod driver;
+mod error;
+mod hold;
+pub mod memory;
+mod mutex;
+mod node;
+mod reentrant;
+mod rwlock;
+mod shared;
 
 pub use conclave_lock_api as api;
+pub use conclave_lock_api::{
+    FencingToken, LockError, LockEvent, LockLostReason, LockMode, LockName, LockNameError,
+    MemberId, OwnerId, View,
+};
 pub use conclave_protocol as protocol;
+pub use conclave_protocol::locking::PartitionPolicy;
+pub use conclave_protocol::EndpointConfig;
+/// The UDP multicast backend (feature `udp-multicast`): multicast discovery, unicast
+/// datagrams, on loopback with TTL 0 unless configured otherwise.
+#[cfg(feature = "udp-multicast")]
+pub use conclave_udp as udp;
+pub use error::{NodeError, UnlockError};
+pub use hold::{LockStatus, Lost, Unlock};
+pub use mutex::{DistributedMutex, Lock, MutexGuard};
+pub use node::{HeldLock, LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT};
+pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantLockFuture};
+pub use rwlock::{Read, RwLock, RwLockGuard, Write};
+pub use shared::LockLost;

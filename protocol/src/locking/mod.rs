@@ -261,10 +261,13 @@ impl LockService {
         id
     }
 
-    /// Withdraws a pending request (the caller's future was dropped). If the grant races the
-    /// cancellation, the grantor releases the lock: nothing stays held or queued.
+    /// Withdraws a request (the caller's future was dropped). If the grant races the
+    /// cancellation (in flight, or already arrived but not yet seen by the caller), the lock is
+    /// released: nothing stays held or queued.
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
-        self.client.cancel(request, &mut self.outbox);
+        if !self.client.cancel(request, &mut self.outbox) {
+            self.client.unlock(request, &mut self.outbox);
+        }
         self.pump(now);
     }
 

@@ -428,3 +428,19 @@ fn unlock_all_releases_every_lock_and_request_of_one_owner() {
     );
     assert_eq!(c.node(1).grantor_holds().len(), 1);
 }
+
+#[test]
+fn cancelling_a_request_whose_grant_already_arrived_releases_it() {
+    let mut c = Cluster::new(&[1, 2], LockConfig::local());
+    c.install(1, &[1, 2], ViewOrigin::Founded);
+    let r = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    assert!(c.granted(2, r).is_some());
+    let now = c.now;
+    c.node(2).cancel(now, r);
+    c.deliver();
+    assert!(c.node(2).holds(now).is_empty());
+    assert!(
+        c.node(1).grantor_holds().is_empty(),
+        "the grantor released it"
+    );
+}

@@ -1,0 +1,56 @@
+//! Errors of the front end, one enum per family of operations.
+//!
+//! Lock requests fail with [`conclave_lock_api::LockError`] (re-exported as
+//! [`crate::LockError`]); invalid lock names with [`conclave_lock_api::LockNameError`].
+
+use std::time::Duration;
+
+use conclave_lock_api::{LockLostReason, MemberNameError};
+use conclave_protocol::gms::GmsConfigError;
+use conclave_protocol::locking::LockConfigError;
+use conclave_protocol::reliable::ConfigError;
+use thiserror::Error;
+
+/// [`crate::NodeBuilder::join`] failed; no node is running (its thread, if started, was
+/// stopped).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The member name is not valid.
+    #[error("invalid member name: {0}")]
+    InvalidName(#[from] MemberNameError),
+    /// No transport was given to the builder.
+    #[error("no transport was given to the node builder")]
+    NoTransport,
+    /// The membership settings are not valid.
+    #[error("invalid membership settings: {0}")]
+    Membership(#[from] GmsConfigError),
+    /// The lock settings are not valid.
+    #[error("invalid lock settings: {0}")]
+    Locks(#[from] LockConfigError),
+    /// The reliable-delivery settings are not valid.
+    #[error("invalid reliable-delivery settings: {0}")]
+    Reliable(#[from] ConfigError),
+    /// No view was installed in time.
+    #[error("no view was installed within {0:?}")]
+    JoinTimeout(Duration),
+    /// The driver thread could not be started.
+    #[error("could not start the driver thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The node shut down while joining.
+    #[error("the node shut down while joining")]
+    Shutdown,
+}
+
+/// An explicit unlock ([`crate::MutexGuard::unlock`]) could not confirm the release. The lock
+/// is not held by the caller any more in either case.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum UnlockError {
+    /// The lock had already been lost before the unlock.
+    #[error("the lock had been lost before the unlock: {0}")]
+    Lost(LockLostReason),
+    /// The node shut down before the grantor acknowledged the release.
+    #[error("the node shut down before the release was acknowledged")]
+    Shutdown,
+}

@@ -1,0 +1,228 @@
+//! An in-memory [`Transport`]: many nodes in one process, no sockets, with fault injection.
+//!
+//! A [`MemoryNetwork`] hands out [`MemoryTransport`]s with fake loopback addresses
+//! (`127.0.0.1:<n>`). Datagrams travel over unbounded [`async_channel`]s; the discovery channel
+//! reaches every other transport of the network. Tests use the hooks to make a node vanish
+//! ([`MemoryNetwork::isolate`]), split the cluster ([`MemoryNetwork::partition`]) and
+//! [`MemoryNetwork::heal`] it again.
+//!
+//! ```
+//! use conclave::memory::MemoryNetwork;
+//! use conclave::api::Transport;
+//!
+//! let network = MemoryNetwork::new();
+//! let a = network.transport();
+//! let b = network.transport();
+//! smol::block_on(async {
+//!     a.send_to(b.local_addr(), b"hello").await?;
+//!     let datagram = b.recv().await?;
+//!     assert_eq!((datagram.from, &datagram.bytes[..]), (a.local_addr(), &b"hello"[..]));
+//!     Ok::<(), std::io::Error>(())
+//! })?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_channel::{Receiver, Sender};
+use async_trait::async_trait;
+use conclave_lock_api::{Datagram, Transport};
+use tracing::trace;
+
+/// The largest datagram a [`MemoryTransport`] carries whole, in bytes.
+pub const MAX_DATAGRAM: usize = 65_000;
+
+/// The first port handed out by a [`MemoryNetwork`].
+const FIRST_PORT: u16 = 40_000;
+
+/// A simulated network connecting [`MemoryTransport`]s. Cloning it gives another handle to
+/// the same network.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryNetwork {
+    state: Arc<Mutex<NetState>>,
+}
+
+#[derive(Debug, Default)]
+struct NetState {
+    next_port: u16,
+    inboxes: BTreeMap<SocketAddr, Sender<Datagram>>,
+    /// Nodes whose traffic, in and out, is dropped.
+    isolated: BTreeSet<SocketAddr>,
+    /// While partitioned: the group of each node; nodes in different groups (or in none) do
+    /// not hear each other.
+    groups: Option<BTreeMap<SocketAddr, usize>>,
+    delivered: u64,
+    dropped: u64,
+}
+
+impl NetState {
+    fn reachable(&self, from: SocketAddr, to: SocketAddr) -> bool {
+        if self.isolated.contains(&from) || self.isolated.contains(&to) {
+            return false;
+        }
+        match &self.groups {
+            None => true,
+            Some(groups) => match (groups.get(&from), groups.get(&to)) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            },
+        }
+    }
+
+    fn deliver(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        if !self.reachable(from, to) {
+            self.dropped += 1;
+            trace!(%from, %to, "memory network: datagram dropped");
+            return;
+        }
+        if let Some(inbox) = self.inboxes.get(&to) {
+            let datagram = Datagram {
+                from,
+                bytes: bytes.to_vec(),
+            };
+            if inbox.try_send(datagram).is_ok() {
+                self.delivered += 1;
+            }
+        }
+    }
+}
+
+impl MemoryNetwork {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new transport on this network, at the next free fake address `127.0.0.1:<n>`.
+    pub fn transport(&self) -> MemoryTransport {
+        let (sender, inbox) = async_channel::unbounded();
+        let mut state = self.lock();
+        let port = FIRST_PORT + state.next_port;
+        state.next_port += 1;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        state.inboxes.insert(addr, sender);
+        MemoryTransport {
+            addr,
+            inbox,
+            network: self.clone(),
+        }
+    }
+
+    /// Drops every datagram sent to or by `addr` until [`MemoryNetwork::restore`] or
+    /// [`MemoryNetwork::heal`]: to the others the node looks crashed.
+    pub fn isolate(&self, addr: SocketAddr) {
+        self.lock().isolated.insert(addr);
+    }
+
+    /// Lets the traffic of an isolated node through again.
+    pub fn restore(&self, addr: SocketAddr) {
+        self.lock().isolated.remove(&addr);
+    }
+
+    /// Splits the network: nodes hear only the nodes of their own group. Nodes not listed in
+    /// any group hear nobody.
+    pub fn partition(&self, groups: &[&[SocketAddr]]) {
+        let map = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(i, group)| group.iter().map(move |addr| (*addr, i)))
+            .collect();
+        self.lock().groups = Some(map);
+    }
+
+    /// Ends every partition and isolation.
+    pub fn heal(&self) {
+        let mut state = self.lock();
+        state.groups = None;
+        state.isolated.clear();
+    }
+
+    /// Datagrams delivered and dropped so far.
+    pub fn counters(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.delivered, state.dropped)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NetState> {
+        // The state stays consistent at every step, so a panic elsewhere cannot corrupt it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One node's attachment to a [`MemoryNetwork`]. Dropping it detaches the address.
+#[derive(Debug)]
+pub struct MemoryTransport {
+    addr: SocketAddr,
+    inbox: Receiver<Datagram>,
+    network: MemoryNetwork,
+}
+
+#[async_trait]
+impl Transport for MemoryTransport {
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn max_datagram_size(&self) -> usize {
+        MAX_DATAGRAM
+    }
+
+    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.network.lock().deliver(self.addr, to, bytes);
+        Ok(())
+    }
+
+    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut state = self.network.lock();
+        let others: Vec<SocketAddr> = state
+            .inboxes
+            .keys()
+            .copied()
+            .filter(|a| *a != self.addr)
+            .collect();
+        for to in others {
+            state.deliver(self.addr, to, bytes);
+        }
+        Ok(())
+    }
+
+    async fn recv(&self) -> io::Result<Datagram> {
+        self.inbox
+            .recv()
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::NotConnected, "memory network closed"))
+    }
+}
+
+impl Drop for MemoryTransport {
+    fn drop(&mut self) {
+        self.network.lock().inboxes.remove(&self.addr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_and_isolation_drop_traffic_until_healed() {
+        let net = MemoryNetwork::new();
+        let (a, b, c) = (net.transport(), net.transport(), net.transport());
+        smol::block_on(async {
+            net.partition(&[&[a.local_addr()], &[b.local_addr(), c.local_addr()]]);
+            a.send_discovery(b"x").await.unwrap();
+            b.send_to(c.local_addr(), b"y").await.unwrap();
+            assert_eq!(c.recv().await.unwrap().bytes, b"y");
+            assert!(b.inbox.is_empty() && c.inbox.is_empty());
+            net.heal();
+            net.isolate(c.local_addr());
+            a.send_discovery(b"z").await.unwrap();
+            assert_eq!(b.recv().await.unwrap().bytes, b"z");
+            assert!(c.inbox.is_empty());
+            assert_eq!(net.counters(), (2, 3));
+        });
+    }
+}

@@ -1,0 +1,192 @@
+//! [`DistributedMutex`]: an exclusive lock across the cluster.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, OwnerId};
+
+use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
+use crate::shared::Inner;
+
+/// A handle to an exclusive lock of the cluster, made by [`crate::Node::mutex`].
+///
+/// Each [`lock`](Self::lock) call is its own owner: two tasks sharing one handle (or clones of
+/// it) exclude each other like tasks on different machines. Cloning is cheap.
+///
+/// ```
+/// use conclave::memory::MemoryNetwork;
+/// use conclave::{EndpointConfig, LockError, Node};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let network = MemoryNetwork::new();
+/// smol::block_on(async {
+///     let node = Node::builder("docs")
+///         .transport(network.transport())
+///         .config(EndpointConfig::local())
+///         .join()
+///         .await?;
+///     let mutex = node.mutex("invoice-42")?;
+///     let guard = mutex.lock().await?;
+///     let token = guard.fencing_token(); // pass it to the resource you protect
+///     assert!(matches!(mutex.try_lock().await, Err(LockError::WouldBlock)));
+///     drop(guard); // released without blocking
+///     let again = mutex.try_lock().await?;
+///     assert!(again.fencing_token() > token);
+///     again.unlock().await?; // released, and acknowledged by the grantor
+///     Ok(())
+/// })
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct DistributedMutex {
+    inner: Arc<Inner>,
+    name: LockName,
+}
+
+impl fmt::Debug for DistributedMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedMutex")
+            .field("name", &self.name)
+            .field("node", &self.inner)
+            .finish()
+    }
+}
+
+impl DistributedMutex {
+    pub(crate) fn new(inner: Arc<Inner>, name: LockName) -> Self {
+        Self { inner, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Waits until the lock is granted, in FIFO order with the other waiters.
+    ///
+    /// # Errors
+    /// [`LockError::Shutdown`] if the node shuts down first.
+    ///
+    /// # Cancel safety
+    /// The request is registered on the first poll. Dropping the future before it completes
+    /// withdraws the request at the grantor from `Drop`, synchronously; if the grant raced
+    /// the drop, the lock is released. Nothing stays held or queued.
+    pub fn lock(&self) -> Lock {
+        self.request(true, None)
+    }
+
+    /// Takes the lock only if it is free now; never queues.
+    ///
+    /// # Errors
+    /// [`LockError::WouldBlock`] if another owner holds it (or the grantor cannot grant at this
+    /// moment, e.g. while it rebuilds its table); [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedMutex::lock`].
+    pub fn try_lock(&self) -> Lock {
+        self.request(false, None)
+    }
+
+    /// Waits at most `timeout` for the lock. The deadline is kept by the protocol core, which
+    /// withdraws the request at the grantor when it passes.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] when the deadline passes; [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedMutex::lock`].
+    pub fn lock_timeout(&self, timeout: Duration) -> Lock {
+        self.request(true, Some(timeout))
+    }
+
+    fn request(&self, wait: bool, timeout: Option<Duration>) -> Lock {
+        Lock {
+            request: Request::new(
+                self.inner.clone(),
+                Params {
+                    name: self.name.clone(),
+                    mode: LockMode::Exclusive,
+                    wait,
+                    timeout,
+                    owner: None,
+                },
+            ),
+        }
+    }
+}
+
+/// The future of [`DistributedMutex::lock`], [`DistributedMutex::try_lock`] and
+/// [`DistributedMutex::lock_timeout`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Lock {
+    request: Request,
+}
+
+impl Future for Lock {
+    type Output = Result<MutexGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.request
+            .poll_acquire(cx)
+            .map(|r| r.map(|hold| MutexGuard { hold }))
+    }
+}
+
+/// A held [`DistributedMutex`]. Dropping it releases the lock without blocking (the driver
+/// resends the release until the grantor acknowledges it); [`MutexGuard::unlock`] releases
+/// and waits for the acknowledgement.
+#[derive(Debug)]
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    hold: Hold,
+}
+
+impl MutexGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.hold.name()
+    }
+
+    /// The fencing token of this grant: it strictly increases with every grant of this lock.
+    /// Pass it to the resource you protect, which rejects tokens lower than the highest seen.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.hold.token()
+    }
+
+    /// The owner holding the lock (this member and a local owner number).
+    pub fn owner(&self) -> OwnerId {
+        self.hold.owner()
+    }
+
+    /// Held, suspended (grantor silent, ownership unknown) or lost, as this member sees it now.
+    pub fn status(&self) -> LockStatus {
+        self.hold.status()
+    }
+
+    /// Resolves when the lock is lost without being released (duplicate after a merge,
+    /// minority, lease expiry, expelled, node shut down), with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only watches.
+    pub fn lost(&self) -> Lost<'_> {
+        self.hold.lost()
+    }
+
+    /// Releases the lock and waits until the grantor acknowledges the release.
+    ///
+    /// # Errors
+    /// [`crate::UnlockError::Lost`] if the lock had been lost already;
+    /// [`crate::UnlockError::Shutdown`] if the node stopped before the acknowledgement.
+    ///
+    /// # Cancel safety
+    /// See [`Unlock`]: the lock is released either way.
+    pub fn unlock(self) -> Unlock {
+        self.hold.unlock()
+    }
+}

@@ -1,0 +1,219 @@
+//! [`RwLock`]: a reader-writer lock across the cluster, on the protocol's shared and
+//! exclusive modes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName};
+
+use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
+use crate::shared::Inner;
+
+/// A handle to a reader-writer lock of the cluster, made by [`crate::Node::rw_lock`]: any
+/// number of readers at once, or one writer. Each call is its own owner; waiters are served
+/// in FIFO order, so a waiting writer is not starved by later readers.
+///
+/// ```
+/// use conclave::memory::MemoryNetwork;
+/// use conclave::{EndpointConfig, LockError, Node};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let network = MemoryNetwork::new();
+/// smol::block_on(async {
+///     let node = Node::builder("docs")
+///         .transport(network.transport())
+///         .config(EndpointConfig::local())
+///         .join()
+///         .await?;
+///     let lock = node.rw_lock("catalogue")?;
+///     let r1 = lock.read().await?;
+///     let r2 = lock.try_read().await?; // readers share
+///     assert!(matches!(lock.try_write().await, Err(LockError::WouldBlock)));
+///     drop((r1, r2));
+///     let _w = lock.write().await?;
+///     Ok(())
+/// })
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    inner: Arc<Inner>,
+    name: LockName,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.name)
+            .field("node", &self.inner)
+            .finish()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: LockName) -> Self {
+        Self { inner, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Waits for shared access.
+    ///
+    /// # Errors
+    /// [`LockError::Shutdown`] if the node shuts down first.
+    ///
+    /// # Cancel safety
+    /// As [`crate::DistributedMutex::lock`]: dropping the future withdraws the request.
+    pub fn read(&self) -> Read {
+        Read(self.request(LockMode::Shared, true, None))
+    }
+
+    /// Shared access if it can be had now.
+    ///
+    /// # Errors
+    /// [`LockError::WouldBlock`] if a writer holds the lock; [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLock::read`].
+    pub fn try_read(&self) -> Read {
+        Read(self.request(LockMode::Shared, false, None))
+    }
+
+    /// Waits at most `timeout` for shared access.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`]; [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLock::read`].
+    pub fn read_timeout(&self, timeout: Duration) -> Read {
+        Read(self.request(LockMode::Shared, true, Some(timeout)))
+    }
+
+    /// Waits for exclusive access.
+    ///
+    /// # Errors
+    /// [`LockError::Shutdown`] if the node shuts down first.
+    ///
+    /// # Cancel safety
+    /// As [`RwLock::read`].
+    pub fn write(&self) -> Write {
+        Write(self.request(LockMode::Exclusive, true, None))
+    }
+
+    /// Exclusive access if it can be had now.
+    ///
+    /// # Errors
+    /// [`LockError::WouldBlock`] if anyone holds the lock; [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLock::read`].
+    pub fn try_write(&self) -> Write {
+        Write(self.request(LockMode::Exclusive, false, None))
+    }
+
+    /// Waits at most `timeout` for exclusive access.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`]; [`LockError::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// As [`RwLock::read`].
+    pub fn write_timeout(&self, timeout: Duration) -> Write {
+        Write(self.request(LockMode::Exclusive, true, Some(timeout)))
+    }
+
+    fn request(&self, mode: LockMode, wait: bool, timeout: Option<Duration>) -> Request {
+        Request::new(
+            self.inner.clone(),
+            Params {
+                name: self.name.clone(),
+                mode,
+                wait,
+                timeout,
+                owner: None,
+            },
+        )
+    }
+}
+
+/// The future of [`RwLock::read`] and its variants.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Read(Request);
+
+impl Future for Read {
+    type Output = Result<RwLockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0
+            .poll_acquire(cx)
+            .map(|r| r.map(|hold| RwLockGuard { hold }))
+    }
+}
+
+/// The future of [`RwLock::write`] and its variants.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Write(Request);
+
+impl Future for Write {
+    type Output = Result<RwLockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0
+            .poll_acquire(cx)
+            .map(|r| r.map(|hold| RwLockGuard { hold }))
+    }
+}
+
+/// A held [`RwLock`], shared or exclusive ([`RwLockGuard::mode`]). Dropping it releases the
+/// lock without blocking.
+#[derive(Debug)]
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct RwLockGuard {
+    hold: Hold,
+}
+
+impl RwLockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.hold.name()
+    }
+
+    /// Shared (read) or exclusive (write).
+    pub fn mode(&self) -> LockMode {
+        self.hold.mode()
+    }
+
+    /// The fencing token of this grant.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.hold.token()
+    }
+
+    /// Held, suspended or lost, as this member sees it now.
+    pub fn status(&self) -> LockStatus {
+        self.hold.status()
+    }
+
+    /// Resolves when the lock is lost without being released, with the reason.
+    pub fn lost(&self) -> Lost<'_> {
+        self.hold.lost()
+    }
+
+    /// Releases the lock and waits for the grantor's acknowledgement.
+    ///
+    /// # Errors
+    /// As [`crate::MutexGuard::unlock`].
+    pub fn unlock(self) -> Unlock {
+        self.hold.unlock()
+    }
+}

@@ -1,0 +1,494 @@
+//! The state a node shares between its driver thread and its users' tasks.
+//!
+//! One `std::sync::Mutex` guards the [`Endpoint`] and the table of requests the front end
+//! waits on. It is never held across an `.await`. Whoever calls into the endpoint (a user's
+//! task registering a lock, a guard's `Drop`, the driver thread) then calls
+//! [`Shared::settle`]: it turns the endpoint's events into completed waiters (notified at
+//! once, so a grant reaches the waiting task without passing through the driver), and
+//! returns the datagrams to send, which [`Inner::flush`] hands to the transport from the
+//! caller's own thread.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Context;
+
+use async_channel::Sender;
+use conclave_lock_api::{
+    FencingToken, LockError, LockEvent, LockLostReason, LockMode, LockName, MemberId, OwnerId,
+    RequestId, Transport, View,
+};
+use conclave_protocol::locking::{LockNotice, Refusal};
+use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
+use event_listener::Event;
+use tracing::{debug, warn};
+
+/// A boxed, sendable future of a datagram send.
+pub(crate) type SendFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A handler called when a lock held on this node is lost.
+pub(crate) type LostHandler = Arc<dyn Fn(&LockLost) + Send + Sync + 'static>;
+
+/// A lock held on this node was lost without its owner releasing it; what unexpected-status
+/// handlers ([`crate::Node::on_lock_lost`]) are told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockLost {
+    /// The lock.
+    pub name: LockName,
+    /// The owner that held it.
+    pub owner: OwnerId,
+    /// The fencing token of the lost grant.
+    pub token: FencingToken,
+    /// Why it was lost.
+    pub reason: LockLostReason,
+}
+
+/// What the driver thread is asked to do.
+pub(crate) enum Command {
+    /// Something changed in the endpoint (a new timer, queued datagrams): look again.
+    Flush,
+    /// Finish sending a datagram a caller could not send at once.
+    Send(SendFuture),
+    /// Release everything, leave the cluster and stop.
+    Shutdown,
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Command::Flush => "Flush",
+            Command::Send(_) => "Send",
+            Command::Shutdown => "Shutdown",
+        })
+    }
+}
+
+/// Where a node is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Joining or joined: requests are accepted.
+    Running,
+    /// Shutting down: locks released, leaving; new requests fail with `Shutdown`.
+    Closing,
+    /// The driver thread has stopped.
+    Closed,
+}
+
+/// Everything of a node that lives behind an `Arc`: shared by the [`crate::Node`], every
+/// handle and guard, and the driver thread.
+pub(crate) struct Inner {
+    shared: Mutex<Shared>,
+    pub(crate) commands: Sender<Command>,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) member: MemberId,
+    origin: std::time::Instant,
+    /// Notified when a view is installed and when the node closes.
+    pub(crate) changed: Event,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("member", &self.member)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(
+        endpoint: Endpoint,
+        transport: Arc<dyn Transport>,
+        commands: Sender<Command>,
+    ) -> Self {
+        Self {
+            member: endpoint.local().clone(),
+            shared: Mutex::new(Shared::new(endpoint)),
+            commands,
+            transport,
+            origin: std::time::Instant::now(),
+            changed: Event::new(),
+        }
+    }
+
+    /// The shared state. A panic while it was held (a bug) does not make it unusable: every
+    /// method leaves it consistent between calls into the endpoint.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The protocol's clock: time since the node started.
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_duration(self.origin.elapsed())
+    }
+
+    /// The protocol instant `at` on the std clock.
+    pub(crate) fn to_std(&self, at: Instant) -> std::time::Instant {
+        self.origin + std::time::Duration::from_nanos(at.as_nanos())
+    }
+
+    /// Acts on what [`Shared::settle`] returned, after the state lock is released: sends the
+    /// datagrams from this thread (a send that cannot finish at once goes to the driver),
+    /// wakes the driver if its timer must be re-armed, and calls lost-lock handlers.
+    pub(crate) fn flush(&self, effects: Effects) {
+        let Effects {
+            transmits,
+            wake_driver,
+            lost,
+            node_changed,
+        } = effects;
+        for transmit in transmits {
+            let mut send = self.send_future(transmit);
+            let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+            if send.as_mut().poll(&mut cx).is_pending() {
+                let _ = self.commands.try_send(Command::Send(send));
+            }
+        }
+        if wake_driver {
+            let _ = self.commands.try_send(Command::Flush);
+        }
+        if node_changed {
+            self.changed.notify(usize::MAX);
+        }
+        for (handler, event) in lost {
+            // A panicking handler must not take the driver thread (and every waiter) down.
+            let call = std::panic::AssertUnwindSafe(|| handler(&event));
+            if std::panic::catch_unwind(call).is_err() {
+                tracing::error!(lock = %event.name, "a lost-lock handler panicked");
+            }
+        }
+    }
+
+    /// A future that sends one datagram and logs a failure.
+    pub(crate) fn send_future(&self, transmit: Transmit) -> SendFuture {
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            let result = match transmit.destination {
+                Destination::Member(addr) => transport.send_to(addr, &transmit.bytes).await,
+                Destination::Discovery => transport.send_discovery(&transmit.bytes).await,
+            };
+            if let Err(error) = result {
+                debug!(%error, "datagram not sent; the protocol will retransmit");
+            }
+        })
+    }
+}
+
+/// A request of the front end, from registration until its guard is gone.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Notified whenever anything below changes.
+    pub(crate) event: Arc<Event>,
+    pub(crate) name: LockName,
+    pub(crate) owner: u64,
+    pub(crate) mode: LockMode,
+    /// The answer to the request, until the future takes it.
+    pub(crate) outcome: Option<Result<FencingToken, LockError>>,
+    /// Why the lock was lost, once it was.
+    pub(crate) lost: Option<LockLostReason>,
+    /// The grantor acknowledged the release.
+    pub(crate) released: bool,
+}
+
+/// What a call into the endpoint left to do once the state lock is released.
+#[derive(Default)]
+#[must_use]
+pub(crate) struct Effects {
+    transmits: Vec<Transmit>,
+    wake_driver: bool,
+    lost: Vec<(LostHandler, LockLost)>,
+    node_changed: bool,
+}
+
+impl Effects {
+    /// Adds `later`'s effects after these.
+    pub(crate) fn merge(&mut self, later: Effects) {
+        self.transmits.extend(later.transmits);
+        self.wake_driver |= later.wake_driver;
+        self.lost.extend(later.lost);
+        self.node_changed |= later.node_changed;
+    }
+}
+
+/// The state behind the node's mutex.
+pub(crate) struct Shared {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) phase: Phase,
+    pub(crate) view: Option<View>,
+    pub(crate) slots: BTreeMap<RequestId, Slot>,
+    next_owner: u64,
+    /// The deadline the driver's timer is armed for.
+    pub(crate) armed: Option<Instant>,
+    view_subscribers: Vec<Sender<View>>,
+    event_subscribers: Vec<Sender<LockEvent>>,
+    pub(crate) handlers: Vec<LostHandler>,
+}
+
+impl Shared {
+    fn new(endpoint: Endpoint) -> Self {
+        Self {
+            endpoint,
+            phase: Phase::Running,
+            view: None,
+            slots: BTreeMap::new(),
+            next_owner: 1,
+            armed: None,
+            view_subscribers: Vec::new(),
+            event_subscribers: Vec::new(),
+            handlers: Vec::new(),
+        }
+    }
+
+    /// A fresh local owner number.
+    pub(crate) fn next_owner(&mut self) -> u64 {
+        let owner = self.next_owner;
+        self.next_owner += 1;
+        owner
+    }
+
+    pub(crate) fn owner_id(&self, local: u64) -> OwnerId {
+        OwnerId {
+            member: self.endpoint.local().clone(),
+            local,
+        }
+    }
+
+    /// Registers a lock request in the endpoint and in the table of waiters.
+    pub(crate) fn register(
+        &mut self,
+        now: Instant,
+        request: conclave_protocol::locking::LockRequest,
+    ) -> RequestId {
+        let (name, owner, mode, wait) = (
+            request.name.clone(),
+            request.owner,
+            request.mode,
+            request.wait,
+        );
+        let id = self.endpoint.lock(now, request);
+        if wait {
+            self.emit(LockEvent::Waiting {
+                name: name.clone(),
+                owner: self.owner_id(owner),
+                mode,
+            });
+        }
+        self.slots.insert(
+            id,
+            Slot {
+                event: Arc::new(Event::new()),
+                name,
+                owner,
+                mode,
+                outcome: None,
+                lost: None,
+                released: false,
+            },
+        );
+        id
+    }
+
+    /// Withdraws a request whose future was dropped, or releases the lock it got if the grant
+    /// won the race. Returns whether a held lock was released.
+    pub(crate) fn withdraw(&mut self, now: Instant, request: RequestId) {
+        let Some(slot) = self.slots.remove(&request) else {
+            return;
+        };
+        match slot.outcome {
+            Some(Ok(_)) => self.release_held(now, request, &slot),
+            Some(Err(_)) => {}
+            None => self.endpoint.cancel(now, request),
+        }
+    }
+
+    /// Releases the lock held by `request` without waiting (a guard's `Drop`).
+    pub(crate) fn release(&mut self, now: Instant, request: RequestId) {
+        if let Some(slot) = self.slots.remove(&request) {
+            self.release_held(now, request, &slot);
+        }
+    }
+
+    fn release_held(&mut self, now: Instant, request: RequestId, slot: &Slot) {
+        if self.endpoint.unlock(now, request).is_ok() {
+            self.emit(LockEvent::Unlocked {
+                name: slot.name.clone(),
+                owner: self.owner_id(slot.owner),
+            });
+        }
+    }
+
+    /// Emits a lock event to every listener.
+    pub(crate) fn emit(&mut self, event: LockEvent) {
+        self.event_subscribers
+            .retain(|s| s.try_send(event.clone()).is_ok());
+    }
+
+    pub(crate) fn subscribe_views(&mut self) -> async_channel::Receiver<View> {
+        let (sender, receiver) = async_channel::unbounded();
+        if let Some(view) = &self.view {
+            let _ = sender.try_send(view.clone());
+        }
+        if self.phase != Phase::Closed {
+            self.view_subscribers.push(sender);
+        }
+        receiver
+    }
+
+    pub(crate) fn subscribe_events(&mut self) -> async_channel::Receiver<LockEvent> {
+        let (sender, receiver) = async_channel::unbounded();
+        if self.phase != Phase::Closed {
+            self.event_subscribers.push(sender);
+        }
+        receiver
+    }
+
+    /// Processes the endpoint's events and collects its datagrams. Call after every call into
+    /// the endpoint, then pass the result to [`Inner::flush`] once the lock is released.
+    pub(crate) fn settle(&mut self, now: Instant) -> Effects {
+        let mut effects = Effects::default();
+        while let Some(event) = self.endpoint.poll_event() {
+            match event {
+                EndpointEvent::ViewInstalled { view, origin } => {
+                    debug!(member = %self.endpoint.local(), %view, ?origin, "view installed");
+                    self.view_subscribers
+                        .retain(|s| s.try_send(view.clone()).is_ok());
+                    self.view = Some(view);
+                    effects.node_changed = true;
+                }
+                EndpointEvent::Left => {
+                    debug!(member = %self.endpoint.local(), "left the cluster");
+                    effects.node_changed = true;
+                }
+                EndpointEvent::Lock(notice) => self.handle_notice(now, notice, &mut effects),
+            }
+        }
+        effects.transmits = std::iter::from_fn(|| self.endpoint.poll_transmit()).collect();
+        let deadline = self.endpoint.poll_timeout();
+        effects.wake_driver = match (deadline, self.armed) {
+            (Some(new), Some(armed)) => new < armed,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        effects
+    }
+
+    fn handle_notice(&mut self, now: Instant, notice: LockNotice, effects: &mut Effects) {
+        match notice {
+            LockNotice::Granted {
+                request,
+                name,
+                owner,
+                mode,
+                token,
+            } => match self.slots.get_mut(&request) {
+                Some(slot) if slot.outcome.is_none() => {
+                    slot.outcome = Some(Ok(token));
+                    slot.event.notify(usize::MAX);
+                    let owner = self.owner_id(owner);
+                    self.emit(LockEvent::Locked {
+                        name,
+                        owner,
+                        mode,
+                        token,
+                    });
+                }
+                _ => {
+                    // Nobody waits for it any more: give it back.
+                    debug!(%request, lock = %name, "grant without a waiter; releasing it");
+                    let _ = self.endpoint.unlock(now, request);
+                }
+            },
+            LockNotice::Refused {
+                request, reason, ..
+            } => {
+                if let Some(slot) = self.slots.get_mut(&request) {
+                    slot.outcome = Some(Err(match reason {
+                        Refusal::WouldBlock => LockError::WouldBlock,
+                        Refusal::Timeout => LockError::Timeout,
+                        Refusal::Shutdown => LockError::Shutdown,
+                    }));
+                    slot.event.notify(usize::MAX);
+                }
+            }
+            LockNotice::Released { request } => {
+                if let Some(slot) = self.slots.get_mut(&request) {
+                    slot.released = true;
+                    slot.event.notify(usize::MAX);
+                }
+            }
+            LockNotice::Lost {
+                request,
+                name,
+                owner,
+                token,
+                reason,
+            } => {
+                warn!(member = %self.endpoint.local(), lock = %name, ?reason, "lock lost");
+                if let Some(slot) = self.slots.get_mut(&request) {
+                    slot.lost = Some(reason);
+                    slot.event.notify(usize::MAX);
+                }
+                self.lost(name, owner, token, reason, effects);
+            }
+        }
+    }
+
+    fn lost(
+        &mut self,
+        name: LockName,
+        owner: u64,
+        token: FencingToken,
+        reason: LockLostReason,
+        effects: &mut Effects,
+    ) {
+        let owner = self.owner_id(owner);
+        self.emit(LockEvent::Lost {
+            name: name.clone(),
+            owner: owner.clone(),
+            reason,
+        });
+        let event = LockLost {
+            name,
+            owner,
+            token,
+            reason,
+        };
+        effects
+            .lost
+            .extend(self.handlers.iter().map(|h| (h.clone(), event.clone())));
+    }
+
+    /// Shutdown: the endpoint releases every held lock (reported lost to its owner and the
+    /// handlers with [`LockLostReason::Shutdown`]), withdraws every pending request and
+    /// leaves the view; new requests fail with `Shutdown`.
+    pub(crate) fn close_locks(&mut self, now: Instant) -> Effects {
+        self.phase = Phase::Closing;
+        self.endpoint.leave(now);
+        let effects = self.settle(now);
+        for slot in self.slots.values_mut() {
+            if slot.outcome.is_none() {
+                slot.outcome = Some(Err(LockError::Shutdown));
+                slot.event.notify(usize::MAX);
+            }
+        }
+        effects
+    }
+
+    /// The driver stopped: nothing will be answered any more.
+    pub(crate) fn close(&mut self) {
+        self.phase = Phase::Closed;
+        for slot in self.slots.values_mut() {
+            if slot.outcome.is_none() {
+                slot.outcome = Some(Err(LockError::Shutdown));
+            }
+            if matches!(slot.outcome, Some(Ok(_))) && slot.lost.is_none() {
+                slot.lost = Some(LockLostReason::Shutdown);
+            }
+            slot.event.notify(usize::MAX);
+        }
+        self.view_subscribers.clear();
+        self.event_subscribers.clear();
+    }
+}

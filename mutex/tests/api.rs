@@ -1,0 +1,165 @@
+//! API hygiene and the smaller features: auto traits, typed errors, read/write locks, event
+//! streams, guard status.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{cluster, within, WAIT};
+use conclave::memory::MemoryNetwork;
+use conclave::{
+    DistributedMutex, Lock, LockError, LockEvent, LockMode, LockNameError, LockStatus, MutexGuard,
+    Node, NodeError, Read, ReentrantGuard, ReentrantLock, ReentrantLockFuture, RwLock, RwLockGuard,
+    Unlock, Write,
+};
+use futures::StreamExt;
+
+fn send_sync<T: Send + Sync>() {}
+fn send<T: Send>() {}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    send_sync::<Node>();
+    send_sync::<DistributedMutex>();
+    send_sync::<RwLock>();
+    send_sync::<MutexGuard>();
+    send_sync::<RwLockGuard>();
+    send_sync::<ReentrantLock>();
+    send_sync::<ReentrantGuard>();
+    send_sync::<NodeError>();
+    send_sync::<LockError>();
+    send::<Lock>();
+    send::<Read>();
+    send::<Write>();
+    send::<Unlock>();
+    send::<ReentrantLockFuture>();
+}
+
+#[test]
+fn caller_mistakes_are_typed_errors() {
+    smol::block_on(async {
+        let error = Node::builder("c").join().await.unwrap_err();
+        assert!(matches!(error, NodeError::NoTransport), "{error}");
+        let network = MemoryNetwork::new();
+        let error = Node::builder("c")
+            .name("bad\nname")
+            .transport(network.transport())
+            .join()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, NodeError::InvalidName(_)), "{error}");
+        let node = common::node(&network, "c", "ok").await;
+        assert_eq!(node.mutex("").unwrap_err(), LockNameError::Empty);
+        assert!(matches!(
+            node.rw_lock("x".repeat(300)),
+            Err(LockNameError::TooLong { .. })
+        ));
+        node.leave().await;
+    });
+}
+
+#[test]
+fn readers_share_and_writers_exclude_across_nodes() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "rw", 2).await;
+        let (a, b) = (
+            nodes[0].rw_lock("doc").unwrap(),
+            nodes[1].rw_lock("doc").unwrap(),
+        );
+        let r1 = within(WAIT, "read a", a.read()).await.unwrap();
+        let r2 = within(WAIT, "read b", b.try_read()).await.unwrap();
+        assert_eq!(r2.mode(), LockMode::Shared);
+        assert_eq!(
+            within(WAIT, "try_write", b.try_write()).await.unwrap_err(),
+            LockError::WouldBlock
+        );
+        let mut writer = Box::pin(b.write());
+        assert!(futures::poll!(writer.as_mut()).is_pending());
+        drop(r1);
+        assert!(
+            futures::poll!(writer.as_mut()).is_pending(),
+            "one reader still holds it"
+        );
+        drop(r2);
+        let w = within(WAIT, "write", writer).await.unwrap();
+        assert_eq!(w.mode(), LockMode::Exclusive);
+        assert_ne!(w.status(), LockStatus::Lost);
+        assert_eq!(
+            within(WAIT, "try_read", a.try_read()).await.unwrap_err(),
+            LockError::WouldBlock
+        );
+        within(WAIT, "unlock", w.unlock()).await.unwrap();
+        for node in nodes {
+            node.leave().await;
+        }
+    });
+}
+
+#[test]
+fn lock_events_and_views_are_streamed() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let first = common::node(&network, "ev", "ev-0").await;
+        let mut views = first.views();
+        let initial = within(WAIT, "current view", views.next()).await.unwrap();
+        assert_eq!(initial.len(), 1);
+        let mut events = first.lock_events();
+        let second = common::node(&network, "ev", "ev-1").await;
+        let grown = within(WAIT, "next view", views.next()).await.unwrap();
+        assert!(grown.epoch() > initial.epoch() && grown.contains(second.member_id()));
+
+        let mutex = first.mutex("e").unwrap();
+        let guard = within(WAIT, "lock", mutex.lock()).await.unwrap();
+        within(WAIT, "unlock", guard.unlock()).await.unwrap();
+        let mut kinds = Vec::new();
+        while kinds.len() < 4 {
+            let event = within(WAIT, "event", events.next()).await.unwrap();
+            kinds.push(match event {
+                LockEvent::Created { .. } => "created",
+                LockEvent::Waiting { .. } => "waiting",
+                LockEvent::Locked { .. } => "locked",
+                LockEvent::Unlocked { .. } => "unlocked",
+                _ => "other",
+            });
+        }
+        assert_eq!(kinds, ["created", "waiting", "locked", "unlocked"]);
+        second.leave().await;
+        first.leave().await;
+        assert!(
+            within(WAIT, "views end", views.collect::<Vec<_>>())
+                .await
+                .len()
+                <= 2
+        );
+    });
+}
+
+/// `unlock()` releases even when its future is dropped unpolled, or after one poll.
+#[test]
+fn dropped_unlock_futures_still_release() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "unlock-drop", 2).await;
+        let mutex = nodes[1].mutex("u").unwrap();
+        let guard = within(WAIT, "lock", mutex.lock()).await.unwrap();
+        drop(guard.unlock());
+        assert!(nodes[1].held_locks().is_empty());
+        let guard = within(WAIT, "lock again", mutex.lock()).await.unwrap();
+        let mut unlock = Box::pin(guard.unlock());
+        let _ = futures::poll!(unlock.as_mut());
+        drop(unlock);
+        assert!(nodes[1].held_locks().is_empty());
+        let other = within(
+            WAIT,
+            "free",
+            nodes[0].mutex("u").unwrap().lock_timeout(WAIT),
+        )
+        .await;
+        assert!(other.is_ok());
+        drop(other);
+        for node in nodes {
+            node.leave().await;
+        }
+    });
+}

@@ -3,8 +3,8 @@
 //! A [`MemoryNetwork`] hands out [`MemoryTransport`]s with fake loopback addresses
 //! (`127.0.0.1:<n>`). Datagrams travel over unbounded [`async_channel`]s; the discovery channel
 //! reaches every other transport of the network. Tests use the hooks to make a node vanish
-//! ([`MemoryNetwork::isolate`]), split the cluster ([`MemoryNetwork::partition`]) and
-//! [`MemoryNetwork::heal`] it again.
+//! ([`MemoryNetwork::isolate`]), split the cluster ([`MemoryNetwork::partition`]), slow every
+//! datagram down ([`MemoryNetwork::set_delay`]) and [`MemoryNetwork::heal`] it again.
 //!
 //! ```
 //! use conclave::memory::MemoryNetwork;
@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
 use async_trait::async_trait;
@@ -54,6 +55,8 @@ struct NetState {
     /// While partitioned: the group of each node; nodes in different groups (or in none) do
     /// not hear each other.
     groups: Option<BTreeMap<SocketAddr, usize>>,
+    /// One-way delay of every datagram (reachability is judged when it arrives).
+    delay: Duration,
     delivered: u64,
     dropped: u64,
 }
@@ -133,7 +136,13 @@ impl MemoryNetwork {
         self.lock().groups = Some(map);
     }
 
-    /// Ends every partition and isolation.
+    /// Delays every datagram sent from now on by `delay` (zero: deliver at once). Datagrams
+    /// sent close together may arrive out of order; the protocol copes.
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// Ends every partition and isolation (a delay stays until set back to zero).
     pub fn heal(&self) {
         let mut state = self.lock();
         state.groups = None;
@@ -171,11 +180,13 @@ impl Transport for MemoryTransport {
     }
 
     async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.network.wait_delay().await;
         self.network.lock().deliver(self.addr, to, bytes);
         Ok(())
     }
 
     async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.network.wait_delay().await;
         let mut state = self.network.lock();
         let others: Vec<SocketAddr> = state
             .inboxes
@@ -194,6 +205,16 @@ impl Transport for MemoryTransport {
             .recv()
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::NotConnected, "memory network closed"))
+    }
+}
+
+impl MemoryNetwork {
+    /// Waits out the configured delay, if any (the state lock is not held meanwhile).
+    async fn wait_delay(&self) {
+        let delay = self.lock().delay;
+        if !delay.is_zero() {
+            async_io::Timer::after(delay).await;
+        }
     }
 }
 
@@ -224,5 +245,20 @@ mod tests {
             assert!(c.inbox.is_empty());
             assert_eq!(net.counters(), (2, 3));
         });
+    }
+
+    #[test]
+    fn a_delay_holds_datagrams_back_but_delivers_them() {
+        let net = MemoryNetwork::new();
+        let (a, b) = (net.transport(), net.transport());
+        net.set_delay(Duration::from_millis(30));
+        smol::block_on(async {
+            let sent = std::time::Instant::now();
+            a.send_to(b.local_addr(), b"late").await.unwrap();
+            assert_eq!(b.recv().await.unwrap().bytes, b"late");
+            // A lower bound only: the datagram cannot arrive before its delay.
+            assert!(sent.elapsed() >= Duration::from_millis(30));
+        });
+        net.set_delay(Duration::ZERO);
     }
 }

@@ -1,15 +1,18 @@
-//! A narrated tour of Conclave on the in-memory transport: four nodes contend for a lock, the
-//! coordinator (which is also the grantor) vanishes, the survivors rebuild the lock table and
-//! keep their locks, and a partition heals with two holders of one lock, one of which is told
-//! it lost it.
+//! A narrated tour of Conclave over real UDP sockets on loopback (multicast discovery on
+//! 127.0.0.1, TTL 0: nothing leaves the host): four nodes contend for a lock, the coordinator
+//! (which is also the grantor) vanishes, the survivors rebuild the lock table and keep their
+//! locks, and a partition heals with two holders of one lock, one of which is told it lost it.
+//! Crashes and partitions are made with a fault table in front of each socket
+//! ([`conclave::faults`]).
 //!
-//! Run: `cargo run -p conclave --example tour`
+//! Run: `cargo run --release -p conclave --example tour`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use conclave::memory::MemoryNetwork;
+use conclave::faults::Faults;
+use conclave::udp::UdpMulticast;
 use conclave::{EndpointConfig, Node, View};
 use futures::future::{select, Either};
 use futures::StreamExt;
@@ -23,15 +26,15 @@ fn main() -> Result<(), Error> {
 async fn demo() -> Result<(), Error> {
     let start = Instant::now();
     let say = |text: String| println!("[{:>6.3} s] {text}", start.elapsed().as_secs_f64());
-    let network = MemoryNetwork::new();
+    let faults = Faults::new();
 
-    println!("== four nodes join the cluster \"orders\"");
+    println!("== four nodes join the cluster \"orders\" over UDP on loopback");
     let mut nodes = Vec::new();
     for name in ["alice", "bob", "carol", "dave"] {
         let node = bounded(
             Node::builder("orders")
                 .name(name)
-                .transport(network.transport())
+                .transport(faults.wrap(UdpMulticast::loopback()?))
                 .config(EndpointConfig::local())
                 .join(),
         )
@@ -100,7 +103,7 @@ async fn demo() -> Result<(), Error> {
     let waiter_mutex = waiter.mutex("invoice-42")?;
     let mut waiting = Box::pin(waiter_mutex.lock());
     assert!(futures::poll!(waiting.as_mut()).is_pending());
-    network.isolate(dead.member_id().addr());
+    faults.isolate(dead.member_id().addr());
     say(format!("{} no longer answers", dead.member_id().name()));
     let new_view = nodes_agree(&nodes).await?;
     say(format!("survivors installed {new_view}; {} is the new grantor and rebuilt the lock table from every member's report", new_view.coordinator()));
@@ -134,7 +137,7 @@ async fn demo() -> Result<(), Error> {
         });
     }
     let addrs: Vec<_> = nodes.iter().map(|n| n.member_id().addr()).collect();
-    network.partition(&[&addrs[..1], &addrs[1..]]);
+    faults.partition(&[&addrs[..1], &addrs[1..]]);
     nodes_agree(&nodes[..1]).await?;
     nodes_agree(&nodes[1..]).await?;
     let left = bounded(nodes[0].mutex("report")?.lock()).await??;
@@ -146,7 +149,7 @@ async fn demo() -> Result<(), Error> {
         nodes[1].member_id().name(),
         right.fencing_token()
     ));
-    network.heal();
+    faults.heal();
     let merged = nodes_agree(&nodes).await?;
     say(format!(
         "the partition healed; the coordinators merged into {merged}"

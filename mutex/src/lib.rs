@@ -76,6 +76,7 @@
 
 mod driver;
 mod error;
+pub mod faults;
 mod hold;
 pub mod memory;
 mod mutex;

@@ -22,7 +22,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,6 +32,8 @@ use async_channel::{Receiver, Sender};
 use async_trait::async_trait;
 use conclave_lock_api::{Datagram, Transport};
 use tracing::trace;
+
+use crate::faults::Reachability;
 
 /// The largest datagram a [`MemoryTransport`] carries whole, in bytes.
 pub const MAX_DATAGRAM: usize = 65_000;
@@ -50,11 +52,7 @@ pub struct MemoryNetwork {
 struct NetState {
     next_port: u16,
     inboxes: BTreeMap<SocketAddr, Sender<Datagram>>,
-    /// Nodes whose traffic, in and out, is dropped.
-    isolated: BTreeSet<SocketAddr>,
-    /// While partitioned: the group of each node; nodes in different groups (or in none) do
-    /// not hear each other.
-    groups: Option<BTreeMap<SocketAddr, usize>>,
+    reach: Reachability,
     /// One-way delay of every datagram (reachability is judged when it arrives).
     delay: Duration,
     delivered: u64,
@@ -62,21 +60,8 @@ struct NetState {
 }
 
 impl NetState {
-    fn reachable(&self, from: SocketAddr, to: SocketAddr) -> bool {
-        if self.isolated.contains(&from) || self.isolated.contains(&to) {
-            return false;
-        }
-        match &self.groups {
-            None => true,
-            Some(groups) => match (groups.get(&from), groups.get(&to)) {
-                (Some(a), Some(b)) => a == b,
-                _ => false,
-            },
-        }
-    }
-
     fn deliver(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
-        if !self.reachable(from, to) {
+        if !self.reach.reachable(from, to) {
             self.dropped += 1;
             trace!(%from, %to, "memory network: datagram dropped");
             return;
@@ -117,23 +102,18 @@ impl MemoryNetwork {
     /// Drops every datagram sent to or by `addr` until [`MemoryNetwork::restore`] or
     /// [`MemoryNetwork::heal`]: to the others the node looks crashed.
     pub fn isolate(&self, addr: SocketAddr) {
-        self.lock().isolated.insert(addr);
+        self.lock().reach.isolate(addr);
     }
 
     /// Lets the traffic of an isolated node through again.
     pub fn restore(&self, addr: SocketAddr) {
-        self.lock().isolated.remove(&addr);
+        self.lock().reach.restore(addr);
     }
 
     /// Splits the network: nodes hear only the nodes of their own group. Nodes not listed in
     /// any group hear nobody.
     pub fn partition(&self, groups: &[&[SocketAddr]]) {
-        let map = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(i, group)| group.iter().map(move |addr| (*addr, i)))
-            .collect();
-        self.lock().groups = Some(map);
+        self.lock().reach.partition(groups);
     }
 
     /// Delays every datagram sent from now on by `delay` (zero: deliver at once). Datagrams
@@ -144,9 +124,7 @@ impl MemoryNetwork {
 
     /// Ends every partition and isolation (a delay stays until set back to zero).
     pub fn heal(&self) {
-        let mut state = self.lock();
-        state.groups = None;
-        state.isolated.clear();
+        self.lock().reach.heal();
     }
 
     /// Datagrams delivered and dropped so far.

@@ -1,6 +1,6 @@
 //! What the front end drives: a lock service, whatever runs it.
 
-use std::time::Instant;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -21,15 +21,16 @@ pub struct Grant {
 
 /// The operations the front end (`conclave`) needs from a lock service.
 ///
-/// The cluster driver of `conclave` implements it over `conclave-protocol`; other
-/// implementations (an in-process fake, a service over another coordination system) can stand
-/// in for tests.
+/// An abstraction point for front ends that want to stand a fake or another coordination
+/// system in for the cluster. Today's front end (`conclave`) drives `conclave-protocol`'s
+/// `Endpoint` directly and does not go through this trait.
 #[async_trait]
 pub trait LockBackend: Send + Sync {
-    /// Waits until `owner` holds `name` in `mode`, or `deadline` passes.
+    /// Waits until `owner` holds `name` in `mode`, or `timeout` runs out. The timeout is a
+    /// duration, not a deadline: deadlines live inside the protocol core, on its own clock.
     ///
     /// # Errors
-    /// [`LockError::Timeout`] at the deadline (the request is withdrawn),
+    /// [`LockError::Timeout`] when the timeout runs out (the request is withdrawn),
     /// [`LockError::Shutdown`] if the backend stops.
     async fn acquire(
         &self,
@@ -37,7 +38,7 @@ pub trait LockBackend: Send + Sync {
         name: &LockName,
         owner: &OwnerId,
         mode: LockMode,
-        deadline: Option<Instant>,
+        timeout: Option<Duration>,
     ) -> Result<Grant, LockError>;
 
     /// Grants at once or refuses with [`LockError::WouldBlock`]; never queues.

@@ -171,3 +171,34 @@ impl<T: Transport> Transport for Faulty<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryNetwork;
+
+    #[test]
+    fn a_partition_drops_datagrams_between_groups_until_healed() {
+        let network = MemoryNetwork::new();
+        let faults = Faults::new();
+        let (a, b, c) = (
+            faults.wrap(network.transport()),
+            faults.wrap(network.transport()),
+            faults.wrap(network.transport()),
+        );
+        faults.partition(&[&[a.local_addr()], &[b.local_addr(), c.local_addr()]]);
+        smol::block_on(async {
+            a.send_to(b.local_addr(), b"cut").await.unwrap();
+            c.send_to(b.local_addr(), b"same side").await.unwrap();
+            assert_eq!(b.recv().await.unwrap().bytes, b"same side");
+            faults.heal();
+            a.send_to(b.local_addr(), b"healed").await.unwrap();
+            assert_eq!(b.recv().await.unwrap().bytes, b"healed");
+            faults.isolate(a.local_addr());
+            a.send_discovery(b"gone").await.unwrap();
+            c.send_discovery(b"here").await.unwrap();
+            let got = b.recv().await.unwrap();
+            assert_eq!((got.from, &got.bytes[..]), (c.local_addr(), &b"here"[..]));
+        });
+    }
+}

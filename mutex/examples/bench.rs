@@ -1,0 +1,306 @@
+//! The real-socket benchmark: lock latency and throughput between OS processes on loopback,
+//! printed as a table next to the floor measured in the same run (a raw UDP ping-pong between
+//! two processes). This machine is shared and noisy: compare ratios within one run only.
+//!
+//! Run: `cargo run --release -p conclave --example bench -- udp`
+//!
+//! Figures:
+//! - floor: round trip of a 100-byte datagram between two processes (p50, p99);
+//! - uncontended: `lock().await` from a member whose grantor is another process, the guard
+//!   dropped (released without waiting) before the next lock: latency p50/p99, pairs per second,
+//!   and the p50 as a ratio of the floor;
+//! - contended: four member processes loop lock/unlock on one lock: handoffs per second and
+//!   this process's acquire latency;
+//! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
+//!   coordinator until this process is granted the lock.
+//!
+//! Every child process is killed by its PID when the benchmark ends, also on error. Nothing
+//! leaves the host: sockets on 127.0.0.1, multicast with TTL 0.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use conclave::udp::{UdpConfig, UdpMulticast};
+use conclave::{EndpointConfig, Node};
+
+type Error = Box<dyn std::error::Error>;
+
+const PINGS: usize = 2_000;
+const LOCKS: usize = 2_000;
+const CONTENDED_FOR: Duration = Duration::from_secs(3);
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("child") => child(&args[1..]),
+        None | Some("udp") => smol::block_on(parent()),
+        Some("tcp") => Err("the TCP backend has not landed yet".into()),
+        Some(other) => Err(format!("unknown mode {other:?}; use `udp`").into()),
+    }
+}
+
+/// A child process, killed (by PID) and reaped when dropped.
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Proc {
+    fn spawn(args: &[&str]) -> Result<Self, Error> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("child")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        Ok(Self {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The next line the child prints (it prints only a few, each promptly).
+    fn line(&mut self) -> Result<String, Error> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            return Err("child exited".into());
+        }
+        Ok(line.trim().to_owned())
+    }
+
+    fn send(&mut self, line: &str) -> Result<(), Error> {
+        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A UDP discovery port of this run alone.
+fn port() -> u16 {
+    30_000 + (std::process::id() % 20_000) as u16
+}
+
+fn udp_config(port: u16) -> UdpConfig {
+    UdpConfig {
+        port,
+        ..UdpConfig::loopback()
+    }
+}
+
+async fn join(name: &str, port: u16) -> Result<Node, Error> {
+    Ok(Node::builder("bench")
+        .name(name)
+        .transport(UdpMulticast::bind(&udp_config(port))?)
+        .config(EndpointConfig::local())
+        .join()
+        .await?)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(index).copied().unwrap_or_default()
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+async fn parent() -> Result<(), Error> {
+    let port = port();
+    println!("conclave bench, udp mode, loopback; discovery port {port}");
+
+    // The floor: a raw UDP ping-pong between two processes.
+    let mut pong = Proc::spawn(&["pong"])?;
+    let pong_addr: SocketAddr = pong.line()?.parse()?;
+    let socket = UdpSocket::bind("127.0.0.1:0")?;
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let payload = [7u8; 100];
+    let mut buf = [0u8; 256];
+    let mut rtts = Vec::with_capacity(PINGS);
+    for _ in 0..PINGS {
+        let start = Instant::now();
+        socket.send_to(&payload, pong_addr)?;
+        socket.recv_from(&mut buf)?;
+        rtts.push(start.elapsed());
+    }
+    rtts.sort();
+    drop(pong);
+    let floor = percentile(&rtts, 0.5);
+
+    // Uncontended: the grantor is another process.
+    let mut coordinator = Proc::spawn(&["member", "coordinator", &port.to_string()])?;
+    expect(&mut coordinator, "READY")?;
+    let node = join("bench", port).await?;
+    let mutex = node.mutex("uncontended")?;
+    for _ in 0..100 {
+        drop(mutex.lock().await?); // warm-up
+    }
+    let mut latencies = Vec::with_capacity(LOCKS);
+    let start = Instant::now();
+    for _ in 0..LOCKS {
+        let t = Instant::now();
+        let guard = mutex.lock().await?;
+        latencies.push(t.elapsed());
+        drop(guard);
+    }
+    let pairs_per_sec = LOCKS as f64 / start.elapsed().as_secs_f64();
+    latencies.sort();
+
+    // Contended: four processes (three children and this one) on one lock.
+    let mut hammers = Vec::new();
+    for i in 0..3 {
+        let mut p = Proc::spawn(&[
+            "hammer",
+            &format!("h{i}"),
+            &port.to_string(),
+            &CONTENDED_FOR.as_millis().to_string(),
+        ])?;
+        expect(&mut p, "READY")?;
+        hammers.push(p);
+    }
+    let hot = node.mutex("hot")?;
+    for p in &mut hammers {
+        p.send("go")?;
+    }
+    let mut contended = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < CONTENDED_FOR {
+        let t = Instant::now();
+        let guard = hot.lock().await?;
+        contended.push(t.elapsed());
+        drop(guard);
+    }
+    let mut handoffs = contended.len() as u64;
+    for p in &mut hammers {
+        let line = p.line()?;
+        handoffs += line
+            .strip_prefix("COUNT ")
+            .ok_or("bad count")?
+            .parse::<u64>()?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    contended.sort();
+    drop(hammers);
+
+    // Failover: the coordinator holds a lock; this process waits; kill -9 the coordinator.
+    coordinator.send("hold failover")?;
+    expect(&mut coordinator, "HELD")?;
+    let waiting = node.mutex("failover")?;
+    let mut wait = Box::pin(waiting.lock());
+    assert!(
+        futures::poll!(wait.as_mut()).is_pending(),
+        "the coordinator holds it"
+    );
+    let killed = Instant::now();
+    coordinator.kill();
+    let guard = wait.await?;
+    let failover = killed.elapsed();
+    drop(guard);
+    node.leave().await;
+
+    println!();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| floor: raw UDP ping-pong between two processes, p50 / p99 | {:.1} µs / {:.1} µs |",
+        micros(floor),
+        micros(percentile(&rtts, 0.99))
+    );
+    println!(
+        "| uncontended lock (grantor in another process), p50 / p99 | {:.1} µs / {:.1} µs |",
+        micros(percentile(&latencies, 0.5)),
+        micros(percentile(&latencies, 0.99))
+    );
+    println!(
+        "| uncontended lock p50 / floor p50 | {:.2}x |",
+        percentile(&latencies, 0.5).as_secs_f64() / floor.as_secs_f64()
+    );
+    println!("| uncontended lock+release pairs per second | {pairs_per_sec:.0} |");
+    println!(
+        "| contended: handoffs per second, 4 processes on one lock | {:.0} |",
+        handoffs as f64 / elapsed
+    );
+    println!(
+        "| contended acquire latency here, p50 / p99 | {:.1} µs / {:.1} µs |",
+        micros(percentile(&contended, 0.5)),
+        micros(percentile(&contended, 0.99))
+    );
+    println!("| failover: kill -9 of the coordinator to the next grant | {:.0} ms (suspect timeout of `EndpointConfig::local()`: 400 ms) |", failover.as_secs_f64() * 1e3);
+    Ok(())
+}
+
+fn expect(p: &mut Proc, word: &str) -> Result<(), Error> {
+    let line = p.line()?;
+    if line.starts_with(word) {
+        Ok(())
+    } else {
+        Err(format!("expected {word}, child said {line:?}").into())
+    }
+}
+
+/// The roles of child processes.
+fn child(args: &[String]) -> Result<(), Error> {
+    let arg = |i: usize| args.get(i).map(String::as_str).ok_or("missing argument");
+    match arg(0)? {
+        "pong" => {
+            let socket = UdpSocket::bind("127.0.0.1:0")?;
+            println!("{}", socket.local_addr()?);
+            let mut buf = [0u8; 2048];
+            loop {
+                let (len, from) = socket.recv_from(&mut buf)?;
+                socket.send_to(&buf[..len], from)?;
+            }
+        }
+        "member" => smol::block_on(async {
+            let node = join(arg(1)?, arg(2)?.parse()?).await?;
+            println!("READY");
+            let mut held = Vec::new();
+            for line in std::io::stdin().lock().lines() {
+                let line = line?;
+                if let Some(name) = line.strip_prefix("hold ") {
+                    held.push(node.mutex(name)?.lock().await?);
+                    println!("HELD");
+                }
+            }
+            drop(held);
+            node.leave().await;
+            Ok(())
+        }),
+        "hammer" => smol::block_on(async {
+            let node = join(arg(1)?, arg(2)?.parse()?).await?;
+            let run_for = Duration::from_millis(arg(3)?.parse()?);
+            let hot = node.mutex("hot")?;
+            println!("READY");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+            let start = Instant::now();
+            let mut count = 0u64;
+            while start.elapsed() < run_for {
+                drop(hot.lock().await?);
+                count += 1;
+            }
+            println!("COUNT {count}");
+            node.leave().await;
+            Ok(())
+        }),
+        other => Err(format!("unknown child role {other:?}").into()),
+    }
+}

@@ -1,0 +1,469 @@
+//! `conclave-node`: one member of a Conclave cluster over UDP on loopback, driven by line
+//! commands on stdin and reporting machine-readable lines on stdout. The multi-process tests
+//! (`mutex/tests/multiprocess.rs`) run several of these.
+//!
+//! ```text
+//! conclave-node <cluster> <member-name> <discovery-port> <group> [--majority N]
+//! ```
+//!
+//! The node binds its unicast socket on 127.0.0.1, discovers its peers on the multicast
+//! `group:discovery-port` over the loopback interface with TTL 0 (nothing leaves the host)
+//! and uses the fast one-host timings ([`EndpointConfig::local`]). `--majority N` selects the
+//! `Majority { cluster_size: N }` partition policy. The member name is 1 to 64 characters of
+//! `[A-Za-z0-9_.-]`.
+//!
+//! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
+//!
+//! | command | effect and answer |
+//! |---|---|
+//! | `lock <name>` | waits for the lock: `WAITING <name>` if not granted at once, then `GRANTED <name> <token>` |
+//! | `try <name>` | `GRANTED <name> <token>` or `BUSY <name>` |
+//! | `unlock <name>` | releases and waits for the grantor: `RELEASED <name>` |
+//! | `status <name>` | `STATUS <name> held\|suspended\|lost\|none` |
+//! | `view` | `VIEW ...` of the current view |
+//! | `incr <file> <lock> <n>` | `n` times: lock; append `enter <token> <member>` to `<file>.log`; read the integer in `<file>` (0 if missing); write it plus one; append `exit <token> <member>`; unlock. Then `DONE incr <lock> <n>` |
+//! | `quit` (or end of input) | releases everything, leaves the cluster, prints `BYE`, exits |
+//!
+//! Unprompted lines: `READY <member> <epoch> <members...>` once joined, `VIEW <epoch>
+//! <members...>` for each view installed, `LOST <name> <reason>` when a held lock is lost.
+//! A member is written `<name>#<incarnation, 32 hex digits>@<address>`; a token is the fencing
+//! token as one unsigned integer. Bad input is answered with `ERROR <command> <message>` and
+//! otherwise ignored; a fatal error prints `FATAL <message>` and exits with status 1.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::future::Future;
+use std::io::{BufRead, Read, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::task::Poll;
+use std::time::Duration;
+
+use conclave::udp::{UdpConfig, UdpMulticast};
+use conclave::{
+    DistributedMutex, EndpointConfig, LockError, LockEvent, LockStatus, MemberId, MutexGuard, Node,
+    PartitionPolicy, UnlockError, View,
+};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+
+/// The longest command line accepted, in bytes.
+const MAX_LINE: usize = 4096;
+/// The most operations (waiting locks, unlocks, increments) in progress at once.
+const MAX_PENDING: usize = 256;
+/// The most locks held at once through `lock`/`try`.
+const MAX_HELD: usize = 4096;
+/// The largest `n` of `incr`.
+const MAX_INCR: u64 = 100_000;
+/// How long joining may take.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+const USAGE: &str =
+    "usage: conclave-node <cluster> <member-name> <discovery-port> <group> [--majority N]";
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("conclave-node: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match async_io::block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            say(format_args!("FATAL {message}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The command line.
+struct Args {
+    cluster: String,
+    name: String,
+    port: u16,
+    group: Ipv4Addr,
+    majority: Option<usize>,
+}
+
+impl Args {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
+        let mut positional = Vec::new();
+        let mut majority = None;
+        while let Some(arg) = args.next() {
+            if arg == "--majority" {
+                let n = args.next().ok_or("--majority needs a cluster size")?;
+                let n: usize = n.parse().map_err(|e| format!("--majority {n}: {e}"))?;
+                if n == 0 {
+                    return Err("--majority needs a cluster size of at least 1".into());
+                }
+                majority = Some(n);
+            } else if positional.len() < 4 {
+                positional.push(arg);
+            } else {
+                return Err(format!("unexpected argument {arg:?}"));
+            }
+        }
+        let [cluster, name, port, group] =
+            <[String; 4]>::try_from(positional).map_err(|_| "missing arguments".to_owned())?;
+        let name_ok = !name.is_empty()
+            && name.len() <= MemberId::MAX_NAME_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !name_ok {
+            return Err(format!("invalid member name {name:?}"));
+        }
+        let port = port
+            .parse()
+            .map_err(|e| format!("discovery port {port:?}: {e}"))?;
+        let group = group.parse().map_err(|e| format!("group {group:?}: {e}"))?;
+        Ok(Self {
+            cluster,
+            name,
+            port,
+            group,
+            majority,
+        })
+    }
+}
+
+/// What an operation in progress ended with.
+enum Done {
+    Granted(String, Result<MutexGuard, LockError>),
+    Released(String, Result<(), UnlockError>),
+    Incremented(String, Result<u64, String>),
+}
+
+type Operation = Pin<Box<dyn Future<Output = Done>>>;
+
+/// What woke the main loop.
+enum Input {
+    Line(Option<Result<String, String>>),
+    View(View),
+    Lost(String, String),
+    Done(Done),
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let config = UdpConfig {
+        group: args.group,
+        port: args.port,
+        ..UdpConfig::loopback()
+    };
+    let transport = UdpMulticast::bind(&config).map_err(|e| format!("bind: {e}"))?;
+    let mut builder = Node::builder(args.cluster)
+        .name(args.name)
+        .transport(transport)
+        .config(EndpointConfig::local())
+        .join_timeout(JOIN_TIMEOUT);
+    if let Some(cluster_size) = args.majority {
+        builder = builder.partition_policy(PartitionPolicy::Majority { cluster_size });
+    }
+    let node = builder.join().await.map_err(|e| format!("join: {e}"))?;
+    let mut views = node.views();
+    let mut events = node.lock_events();
+    let view = node.view().ok_or("no view after joining")?;
+    say(format_args!(
+        "READY {} {}",
+        member(node.member_id()),
+        view_words(&view)
+    ));
+    let mut lines = Box::pin(stdin_lines());
+    let mut state = State {
+        node: &node,
+        held: HashMap::new(),
+        requested: HashSet::new(),
+        pending: FuturesUnordered::new(),
+    };
+    loop {
+        let input = futures::future::poll_fn(|cx| {
+            if let Poll::Ready(Some(done)) = state.pending.poll_next_unpin(cx) {
+                return Poll::Ready(Input::Done(done));
+            }
+            while let Poll::Ready(event) = events.poll_next_unpin(cx) {
+                match event {
+                    Some(LockEvent::Lost { name, reason, .. }) => {
+                        return Poll::Ready(Input::Lost(name.to_string(), format!("{reason:?}")))
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            if let Poll::Ready(Some(view)) = views.poll_next_unpin(cx) {
+                return Poll::Ready(Input::View(view));
+            }
+            lines.poll_next_unpin(cx).map(Input::Line)
+        })
+        .await;
+        match input {
+            Input::Done(done) => state.finished(done),
+            Input::View(view) => say(format_args!("VIEW {}", view_words(&view))),
+            Input::Lost(name, reason) => say(format_args!("LOST {name} {reason}")),
+            Input::Line(Some(Err(message))) => say(format_args!("ERROR - {message}")),
+            Input::Line(Some(Ok(line))) => {
+                if !state.command(&line) {
+                    break;
+                }
+            }
+            Input::Line(None) => break,
+        }
+    }
+    drop(state);
+    node.leave().await;
+    say("BYE");
+    Ok(())
+}
+
+/// The node's handles and the operations in progress.
+struct State<'a> {
+    node: &'a Node,
+    held: HashMap<String, MutexGuard>,
+    /// Locks asked for with `lock` and not answered yet.
+    requested: HashSet<String>,
+    pending: FuturesUnordered<Operation>,
+}
+
+impl State<'_> {
+    /// Runs one command line; false on `quit`.
+    fn command(&mut self, line: &str) -> bool {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((&command, args)) = words.split_first() else {
+            return true;
+        };
+        let result = match (command, args) {
+            ("quit", []) => return false,
+            ("lock", [name]) => self.lock(name, true),
+            ("try", [name]) => self.lock(name, false),
+            ("unlock", [name]) => self.unlock(name),
+            ("status", [name]) => {
+                let status = match self.held.get(*name).map(MutexGuard::status) {
+                    Some(LockStatus::Held) => "held",
+                    Some(LockStatus::Suspended) => "suspended",
+                    Some(_) => "lost",
+                    None => "none",
+                };
+                say(format_args!("STATUS {name} {status}"));
+                Ok(())
+            }
+            ("view", []) => {
+                match self.node.view() {
+                    Some(view) => say(format_args!("VIEW {}", view_words(&view))),
+                    None => say("VIEW none"),
+                }
+                Ok(())
+            }
+            ("incr", [file, name, n]) => self.incr(file, name, n),
+            ("quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr", _) => {
+                Err("wrong number of arguments".to_owned())
+            }
+            _ => Err("unknown command".to_owned()),
+        };
+        if let Err(message) = result {
+            say(format_args!("ERROR {command} {message}"));
+        }
+        true
+    }
+
+    fn lock(&mut self, name: &str, wait: bool) -> Result<(), String> {
+        if self.held.contains_key(name) || self.requested.contains(name) {
+            return Err(format!("{name} is already held or requested here"));
+        }
+        if self.held.len() >= MAX_HELD {
+            return Err("too many locks held".to_owned());
+        }
+        let mutex = self.mutex(name)?;
+        let mut future = if wait { mutex.lock() } else { mutex.try_lock() };
+        // The first poll registers and sends the request; a free lock at a local grantor is
+        // granted right away.
+        match (&mut future).now_or_never() {
+            Some(result) => self.finished(Done::Granted(name.to_owned(), result)),
+            None => {
+                if wait {
+                    say(format_args!("WAITING {name}"));
+                }
+                self.requested.insert(name.to_owned());
+                let name = name.to_owned();
+                self.pending
+                    .push(Box::pin(async move { Done::Granted(name, future.await) }));
+            }
+        }
+        Ok(())
+    }
+
+    fn unlock(&mut self, name: &str) -> Result<(), String> {
+        let guard = self
+            .held
+            .remove(name)
+            .ok_or_else(|| format!("{name} is not held here"))?;
+        let name = name.to_owned();
+        self.pending.push(Box::pin(async move {
+            Done::Released(name, guard.unlock().await)
+        }));
+        Ok(())
+    }
+
+    fn incr(&mut self, file: &str, name: &str, n: &str) -> Result<(), String> {
+        let n: u64 = n.parse().map_err(|e| format!("count {n:?}: {e}"))?;
+        if n > MAX_INCR {
+            return Err(format!("count {n} is above {MAX_INCR}"));
+        }
+        let mutex = self.mutex(name)?;
+        let file = PathBuf::from(file);
+        let member = self.node.member_id().name().to_owned();
+        let name = name.to_owned();
+        self.pending.push(Box::pin(async move {
+            let result = increment(&mutex, &file, n, &member).await;
+            Done::Incremented(name, result.map(|()| n))
+        }));
+        Ok(())
+    }
+
+    fn mutex(&self, name: &str) -> Result<DistributedMutex, String> {
+        if self.pending.len() >= MAX_PENDING {
+            return Err("too many operations in progress".to_owned());
+        }
+        self.node.mutex(name).map_err(|e| e.to_string())
+    }
+
+    /// Reports an operation that ended.
+    fn finished(&mut self, done: Done) {
+        match done {
+            Done::Granted(name, result) => {
+                self.requested.remove(&name);
+                match result {
+                    Ok(guard) => {
+                        say(format_args!("GRANTED {name} {}", guard.fencing_token().0));
+                        self.held.insert(name, guard);
+                    }
+                    Err(LockError::WouldBlock) => say(format_args!("BUSY {name}")),
+                    Err(e) => say(format_args!("ERROR lock {name} {e}")),
+                }
+            }
+            Done::Released(name, Ok(())) => say(format_args!("RELEASED {name}")),
+            Done::Released(name, Err(e)) => say(format_args!("ERROR unlock {name} {e}")),
+            Done::Incremented(name, Ok(n)) => say(format_args!("DONE incr {name} {n}")),
+            Done::Incremented(name, Err(e)) => say(format_args!("ERROR incr {name} {e}")),
+        }
+    }
+}
+
+/// `n` critical sections under `mutex`, each adding one to the integer in `file` and logging
+/// its entry and exit with the fencing token to `<file>.log`.
+async fn increment(
+    mutex: &DistributedMutex,
+    file: &Path,
+    n: u64,
+    member: &str,
+) -> Result<(), String> {
+    let mut log = file.as_os_str().to_owned();
+    log.push(".log");
+    let log = PathBuf::from(log);
+    for _ in 0..n {
+        let guard = mutex.lock().await.map_err(|e| format!("lock: {e}"))?;
+        let token = guard.fencing_token().0;
+        append(&log, &format!("enter {token} {member}\n"))?;
+        let value = match std::fs::read_to_string(file) {
+            Ok(text) => text
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| format!("counter {text:?}: {e}"))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(format!("read {}: {e}", file.display())),
+        };
+        std::fs::write(file, format!("{}\n", value + 1))
+            .map_err(|e| format!("write {}: {e}", file.display()))?;
+        append(&log, &format!("exit {token} {member}\n"))?;
+        guard.unlock().await.map_err(|e| format!("unlock: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Appends `line` to `path` with one write.
+fn append(path: &Path, line: &str) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| format!("append to {}: {e}", path.display()))
+}
+
+/// Lines of stdin, read on a thread of their own; a line longer than [`MAX_LINE`] is
+/// reported as an error and skipped. The stream ends with the input.
+fn stdin_lines() -> async_channel::Receiver<Result<String, String>> {
+    let (sender, receiver) = async_channel::bounded(64);
+    let spawned = std::thread::Builder::new()
+        .name("stdin".to_owned())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut buf = Vec::new();
+                let limit = MAX_LINE as u64 + 1;
+                match (&mut stdin).take(limit).read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let line = if buf.last() == Some(&b'\n') || buf.len() <= MAX_LINE {
+                    Ok(String::from_utf8_lossy(&buf).into_owned())
+                } else {
+                    if skip_line(&mut stdin).is_err() {
+                        return;
+                    }
+                    Err(format!("line longer than {MAX_LINE} bytes ignored"))
+                };
+                if sender.send_blocking(line).is_err() {
+                    return;
+                }
+            }
+        });
+    if spawned.is_err() {
+        say("ERROR - could not start the stdin reader");
+    }
+    receiver
+}
+
+/// Discards input up to and including the next newline, a buffer at a time.
+fn skip_line(input: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buf = input.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                input.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                input.consume(n);
+            }
+        }
+    }
+}
+
+/// `<name>#<incarnation>@<address>`.
+fn member(id: &MemberId) -> String {
+    format!("{}#{:032x}@{}", id.name(), id.incarnation(), id.addr())
+}
+
+/// `<epoch> <members...>`.
+fn view_words(view: &View) -> String {
+    let mut words = view.epoch().to_string();
+    for m in view.members() {
+        words.push(' ');
+        words.push_str(&member(m));
+    }
+    words
+}
+
+/// Prints one line to stdout and flushes it; a closed stdout is ignored (the node quits at
+/// the end of its input).
+fn say(line: impl Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}

@@ -1,0 +1,668 @@
+//! The real multi-process suite over UDP: each member is a `conclave-node` process (see
+//! `src/bin/conclave-node.rs`) driven through its stdin and stdout.
+//!
+//! Everything stays on loopback: unicast on 127.0.0.1, multicast discovery on interface
+//! 127.0.0.1 with TTL 0, on a group and port derived from this test process's id and the test,
+//! so parallel tests and parallel runs do not meet. Every child is killed by its own PID when
+//! its [`Member`] guard drops, also when the test fails; every wait is bounded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use conclave::api::wire::{self, ClusterId, Discovery, Frame, Packet};
+use conclave::{MemberId, View};
+
+/// The bound on any single wait for a child's answer.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The node binary under test.
+const NODE: &str = env!("CARGO_BIN_EXE_conclave-node");
+
+#[test]
+fn three_processes_form_one_view() {
+    let mut cluster = Cluster::new("view3", 0);
+    cluster.start_all(&["a", "b", "c"]);
+}
+
+#[test]
+fn five_processes_form_one_view() {
+    let mut cluster = Cluster::new("view5", 1);
+    cluster.start_all(&["a", "b", "c", "d", "e"]);
+}
+
+#[test]
+fn processes_exclude_each_other_on_a_shared_counter() {
+    const ROUNDS: u64 = 20;
+    let mut cluster = Cluster::new("mutex", 2);
+    cluster.start_all(&["a", "b", "c"]);
+    let counter = cluster.dir.join("counter");
+    for member in &mut cluster.members {
+        member.send(&format!("incr {} counter {ROUNDS}", counter.display()));
+    }
+    for member in &mut cluster.members {
+        member.expect("the increments end", |l| {
+            l == format!("DONE incr counter {ROUNDS}")
+        });
+    }
+    let expected = ROUNDS * cluster.members.len() as u64;
+    assert_eq!(read_counter(&counter), expected);
+    check_log(&counter, expected, &["a", "b", "c"]);
+}
+
+#[test]
+fn survivors_of_a_killed_coordinator_keep_their_locks_and_serve_its_waiters() {
+    coordinator_killed(Cluster::new("kill", 3));
+}
+
+#[test]
+fn a_killed_coordinator_under_the_majority_policy() {
+    // The dead member's lock is re-granted only after its lease has run out.
+    let mut cluster = Cluster::new("kill-majority", 6);
+    cluster.majority = Some(3);
+    coordinator_killed(cluster);
+}
+
+/// `kill -9` of the coordinator of three processes, one survivor holding a lock, the other
+/// waiting for a lock of the coordinator.
+fn coordinator_killed(mut cluster: Cluster) {
+    let view = cluster.start_all(&["a", "b", "c"]);
+    // The coordinator (also the grantor) dies; `next` becomes the grantor and must rebuild
+    // the table from `holder`'s report.
+    let coordinator = cluster.index_of(&view[0]);
+    let next = cluster.index_of(&view[1]);
+    let holder = cluster.index_of(&view[2]);
+
+    cluster.members[holder].send("lock held");
+    cluster.members[holder].expect("holder granted", |l| l.starts_with("GRANTED held "));
+    cluster.members[coordinator].send("lock doomed");
+    cluster.members[coordinator]
+        .expect("coordinator granted", |l| l.starts_with("GRANTED doomed "));
+    cluster.members[next].send("lock doomed");
+    cluster.members[next].expect("waiter registered", |l| l == "WAITING doomed");
+    // Give the request time to reach the grantor's queue (not needed for correctness: an
+    // unanswered request is also reported to the next grantor).
+    std::thread::sleep(Duration::from_millis(300));
+    for i in [coordinator, next, holder] {
+        cluster.members[i].poll(Duration::from_millis(10));
+    }
+    assert!(
+        !cluster.members[next].saw_prefix("GRANTED doomed"),
+        "granted a lock its holder still holds\n{}\n{}",
+        cluster.members[coordinator].report(),
+        cluster.members[next].report()
+    );
+
+    cluster.members[coordinator].kill();
+    let survivors = [next, holder];
+    cluster.agree(&survivors);
+
+    cluster.members[next].expect("the waiter is served", |l| l.starts_with("GRANTED doomed "));
+    assert_eq!(cluster.status(holder, "held"), "held");
+    cluster.members[next].send("try held");
+    cluster.members[next].expect("the hold survived", |l| {
+        l == "BUSY held" || l.starts_with("GRANTED held ")
+    });
+    assert!(
+        cluster.members[next].saw("BUSY held"),
+        "the new grantor granted a lock the holder still has"
+    );
+    cluster.members[holder].send("unlock held");
+    cluster.members[holder].expect("released", |l| l == "RELEASED held");
+    // Under `Majority` a grantor may refuse for up to about a lease after a failover even a
+    // lock whose release it acknowledged (a try-lock then reports `WouldBlock`): retry.
+    let mut busy = 0;
+    loop {
+        cluster.members[next].send("try held");
+        let line = cluster.members[next].expect("free after release", |l| {
+            l == "BUSY held" || l.starts_with("GRANTED held ")
+        });
+        if line.starts_with("GRANTED") {
+            break;
+        }
+        busy += 1;
+        assert!(busy < 40, "{}", cluster.members[next].report());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!cluster.members[holder].saw_prefix("LOST "));
+    assert!(!cluster.members[next].saw_prefix("LOST "));
+}
+
+#[test]
+fn a_killed_member_restarts_and_rejoins_as_a_new_member() {
+    let mut cluster = Cluster::new("restart", 4);
+    let view = cluster.start_all(&["a", "b", "c"]);
+    let victim = cluster.index_of(&view[1]);
+    let old = cluster.members[victim].id.clone();
+    cluster.members[victim].kill();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    cluster.agree(&survivors);
+
+    let name = cluster.members[victim].name.clone();
+    let mut fresh = cluster.spawn(&name);
+    fresh.ready();
+    assert_ne!(fresh.id, old, "a restarted process is a new member");
+    assert_eq!(member_name(&fresh.id), member_name(&old));
+    cluster.members[victim] = fresh;
+    let view = cluster.agree(&[0, 1, 2]);
+    assert!(!view.contains(&old));
+
+    cluster.members[victim].send("lock after-restart");
+    cluster.members[victim].expect("granted", |l| l.starts_with("GRANTED after-restart "));
+    let other = survivors[0];
+    cluster.members[other].send("try after-restart");
+    cluster.members[other].expect("busy", |l| l == "BUSY after-restart");
+}
+
+#[test]
+fn garbage_and_foreign_datagrams_are_ignored() {
+    const ROUNDS: u64 = 10;
+    let mut cluster = Cluster::new("garbage", 5);
+    let before = cluster.start_all(&["a", "b", "c"]);
+    let counter = cluster.dir.join("counter");
+    for i in [0, 1] {
+        cluster.members[i].send(&format!("incr {} counter {ROUNDS}", counter.display()));
+    }
+
+    // A listener on the group proves the noise reaches it over loopback.
+    let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    listener.set_reuse_address(true).unwrap();
+    listener.set_reuse_port(true).unwrap();
+    listener
+        .bind(&SocketAddr::from((cluster.group, cluster.port)).into())
+        .unwrap();
+    listener
+        .join_multicast_v4(&cluster.group, &Ipv4Addr::LOCALHOST)
+        .unwrap();
+    let listener = UdpSocket::from(listener);
+    listener
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sock = socket2::SockRef::from(&socket);
+    sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).unwrap();
+    socket.set_multicast_ttl_v4(0).unwrap();
+    socket.set_multicast_loop_v4(true).unwrap();
+    let mut targets: Vec<SocketAddr> = cluster.members.iter().map(|m| m.addr).collect();
+    targets.push(SocketAddr::from((cluster.group, cluster.port)));
+    let datagrams = hostile_datagrams(&cluster.name);
+    for round in 0..3 {
+        for bytes in &datagrams {
+            for to in &targets {
+                // A send may fail with ENOBUFS under load; that only means fewer datagrams.
+                let _ = socket.send_to(bytes, to);
+            }
+        }
+        if round == 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    let mut heard = 0;
+    let mut buf = vec![0; 65_536];
+    while let Ok((_, from)) = listener.recv_from(&mut buf) {
+        heard += usize::from(from == socket.local_addr().unwrap());
+    }
+    assert!(heard > 0, "the noise did not reach the group");
+
+    // Bad commands are answered with errors, and the node goes on.
+    let long = "x".repeat(5_000);
+    for bad in [
+        "bogus",
+        "lock",
+        "lock a b",
+        "incr f l many",
+        "incr f l 1000000000",
+        "unlock never-held",
+        "\u{0}\u{7f}\u{fffd}",
+        &long,
+    ] {
+        cluster.members[2].send(bad);
+    }
+    cluster.members[2].send("status sentinel");
+    cluster.members[2].expect("answers after bad commands", |l| {
+        l == "STATUS sentinel none"
+    });
+    let errors = cluster.members[2]
+        .transcript
+        .iter()
+        .filter(|l| l.starts_with("ERROR "))
+        .count();
+    assert_eq!(errors, 8, "{}", cluster.members[2].report());
+
+    for i in [0, 1] {
+        cluster.members[i].expect("the increments end", |l| {
+            l == format!("DONE incr counter {ROUNDS}")
+        });
+    }
+    assert_eq!(read_counter(&counter), 2 * ROUNDS);
+    check_log(&counter, 2 * ROUNDS, &["a", "b"]);
+    cluster.members[2].send("lock after");
+    cluster.members[2].expect("granted", |l| l.starts_with("GRANTED after "));
+    cluster.members[0].send("try after");
+    cluster.members[0].expect("busy", |l| l == "BUSY after");
+    cluster.members[2].send("unlock after");
+    cluster.members[2].expect("released", |l| l == "RELEASED after");
+    cluster.members[0].send("try after");
+    cluster.members[0].expect("granted", |l| l.starts_with("GRANTED after "));
+    // Nobody was excluded or confused into another view by the noise.
+    let after = cluster.agree(&[0, 1, 2]);
+    assert_eq!(
+        before.iter().collect::<BTreeSet<_>>(),
+        after.iter().collect::<BTreeSet<_>>()
+    );
+}
+
+/// Datagrams a hostile or confused sender might send: random bytes, our header followed by
+/// junk, an oversized datagram, truncated valid packets, another cluster's valid packets and a
+/// future protocol version.
+fn hostile_datagrams(cluster: &str) -> Vec<Vec<u8>> {
+    let mut rng = 0x5eed_u64 ^ u64::from(std::process::id());
+    let mut random = |len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                rng = rng
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (rng >> 56) as u8
+            })
+            .collect()
+    };
+    let ours = ClusterId::from_name(cluster);
+    let foreign = ClusterId::from_name("someone-else");
+    let fake = MemberId::new(42, "intruder", "127.0.0.1:9".parse().unwrap()).unwrap();
+    let view = View::new(7, vec![fake.clone()]).unwrap();
+    let packets = [
+        Frame::Discovery(Discovery::Ping),
+        Frame::Discovery(Discovery::Announce { view }),
+        Frame::Heartbeat { epoch: 1 << 40 },
+    ]
+    .map(|frame| Packet {
+        sender: fake.clone(),
+        frame,
+    });
+    let header = |cluster: ClusterId| {
+        let mut out = Vec::new();
+        wire::Header::write(cluster, &mut out);
+        out
+    };
+
+    let mut out = Vec::new();
+    for len in [0, 1, 4, 12, 13, 100, 1400] {
+        out.push(random(len));
+    }
+    for len in [1, 20, 500] {
+        let mut bytes = header(ours);
+        bytes.extend(random(len));
+        out.push(bytes);
+    }
+    out.push(random(65_000));
+    let mut big = header(ours);
+    big.extend(random(65_000 - big.len()));
+    out.push(big);
+    for packet in &packets {
+        let valid = wire::encode_packet(ours, packet).unwrap();
+        for cut in [1, 5, 13, 14, valid.len() / 2, valid.len() - 1] {
+            out.push(valid[..cut].to_vec());
+        }
+        out.push(wire::encode_packet(foreign, packet).unwrap());
+        let mut newer = valid.clone();
+        newer[4] = 99;
+        out.push(newer);
+    }
+    out
+}
+
+/// The integer in the counter file.
+fn read_counter(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Checks the enter/exit log of the counter: `sections` critical sections, each an `enter`
+/// followed directly by the `exit` of the same token and member (no overlap), tokens strictly
+/// increasing in log order, every member of `members` present.
+fn check_log(counter: &Path, sections: u64, members: &[&str]) {
+    let mut log = counter.as_os_str().to_owned();
+    log.push(".log");
+    let text = std::fs::read_to_string(PathBuf::from(log)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len() as u64, 2 * sections, "log:\n{text}");
+    let mut last: Option<u64> = None;
+    let mut seen = BTreeSet::new();
+    for (i, pair) in lines.chunks(2).enumerate() {
+        let enter: Vec<&str> = pair[0].split(' ').collect();
+        let exit: Vec<&str> = pair[1].split(' ').collect();
+        assert!(
+            enter.len() == 3 && enter[0] == "enter" && exit.len() == 3 && exit[0] == "exit",
+            "section {i} is not an enter followed by its exit: {pair:?}\nlog:\n{text}"
+        );
+        assert_eq!(
+            enter[1..],
+            exit[1..],
+            "critical sections overlap at section {i}\nlog:\n{text}"
+        );
+        let token: u64 = enter[1].parse().unwrap();
+        assert!(
+            last.is_none_or(|last| token > last),
+            "fencing token {token} after {last:?} at section {i}\nlog:\n{text}"
+        );
+        last = Some(token);
+        seen.insert(enter[2].to_owned());
+    }
+    let expected: BTreeSet<String> = members.iter().map(|m| (*m).to_owned()).collect();
+    assert_eq!(seen, expected);
+}
+
+/// The name part of a member token `<name>#<incarnation>@<address>`.
+fn member_name(id: &str) -> &str {
+    id.split('#').next().unwrap_or("")
+}
+
+/// One test's cluster: its name, discovery group and port, scratch directory and members.
+struct Cluster {
+    name: String,
+    port: u16,
+    group: Ipv4Addr,
+    dir: PathBuf,
+    members: Vec<Member>,
+    /// `--majority N` for the members started from now on.
+    majority: Option<usize>,
+}
+
+impl Cluster {
+    /// A cluster for test number `test` (below 8) of this process.
+    fn new(test: &str, index: u8) -> Self {
+        assert!(index < 8);
+        let pid = std::process::id();
+        let port = 20_000 + (pid % 5_000) as u16 * 8 + u16::from(index);
+        let group = Ipv4Addr::new(239, 200 + index, (pid >> 8) as u8, pid as u8);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("multiprocess-{pid}-{test}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            name: format!("conclave-mp-{test}-{pid}"),
+            port,
+            group,
+            dir,
+            members: Vec::new(),
+            majority: None,
+        }
+    }
+
+    fn spawn(&self, name: &str) -> Member {
+        let mut args = vec![
+            self.name.clone(),
+            name.to_owned(),
+            self.port.to_string(),
+            self.group.to_string(),
+        ];
+        if let Some(n) = self.majority {
+            args.extend(["--majority".to_owned(), n.to_string()]);
+        }
+        Member::spawn(name, &args)
+    }
+
+    /// Starts one process per name, all at once, and waits until they agree on one view of
+    /// exactly them; returns it (member tokens, coordinator first).
+    fn start_all(&mut self, names: &[&str]) -> Vec<String> {
+        for name in names {
+            let member = self.spawn(name);
+            self.members.push(member);
+        }
+        for member in &mut self.members {
+            member.ready();
+        }
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        self.agree(&all)
+    }
+
+    /// Which member has the token `id`.
+    fn index_of(&self, id: &str) -> usize {
+        self.members.iter().position(|m| m.id == id).unwrap()
+    }
+
+    /// Waits until the members at `indices` all show the same view, made of exactly them.
+    fn agree(&mut self, indices: &[usize]) -> Vec<String> {
+        let wanted: BTreeSet<String> = indices
+            .iter()
+            .map(|&i| self.members[i].id.clone())
+            .collect();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            for &i in indices {
+                self.members[i].poll(Duration::from_millis(20));
+            }
+            let views: Vec<&Option<(u64, Vec<String>)>> =
+                indices.iter().map(|&i| &self.members[i].view).collect();
+            if let Some(Some((epoch, members))) = views.first() {
+                let same = views
+                    .iter()
+                    .all(|v| v.as_ref().is_some_and(|(e, _)| e == epoch));
+                if same && members.iter().cloned().collect::<BTreeSet<_>>() == wanted {
+                    return members.clone();
+                }
+            }
+            if Instant::now() > deadline {
+                let seen: Vec<String> = indices
+                    .iter()
+                    .map(|&i| format!("{}: {:?}", self.members[i].name, self.members[i].view))
+                    .collect();
+                panic!("no agreement on a view of {wanted:?} within {WAIT:?}: {seen:#?}");
+            }
+        }
+    }
+
+    /// The status of `lock` at member `i` once it is not suspended (a grantor change may
+    /// suspend it for a moment).
+    fn status(&mut self, i: usize, lock: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.members[i].send(&format!("status {lock}"));
+            let prefix = format!("STATUS {lock} ");
+            let line = self.members[i].expect("status", |l| l.starts_with(&prefix));
+            let status = line[prefix.len()..].to_owned();
+            if status != "suspended" || Instant::now() > deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The members drop (and are killed) after this; the scratch directory of a passing
+        // test goes now, a failing test's stays for inspection.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// One `conclave-node` child process. Dropping it kills the child by its PID and reaps it.
+struct Member {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Everything the child printed so far, for assertions and failure reports.
+    transcript: Vec<String>,
+    /// How much of the transcript [`Member::expect`] has looked at.
+    cursor: usize,
+    /// `<name>#<incarnation>@<address>`, once ready.
+    id: String,
+    addr: SocketAddr,
+    /// The last view the child reported: epoch and member tokens.
+    view: Option<(u64, Vec<String>)>,
+}
+
+impl Member {
+    fn spawn(name: &str, args: &[String]) -> Self {
+        let mut child = Command::new(NODE)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn conclave-node");
+        let (sender, lines) = mpsc::channel();
+        forward(child.stdout.take().unwrap(), "", sender.clone());
+        forward(child.stderr.take().unwrap(), "stderr: ", sender);
+        Self {
+            name: name.to_owned(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            transcript: Vec::new(),
+            cursor: 0,
+            id: String::new(),
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            view: None,
+        }
+    }
+
+    /// Waits for `READY` and records the member's id and address.
+    fn ready(&mut self) {
+        let line = self.expect("READY", |l| l.starts_with("READY "));
+        let id = line.split(' ').nth(1).unwrap().to_owned();
+        self.addr = id.rsplit('@').next().unwrap().parse().unwrap();
+        self.id = id;
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        if let Err(e) = writeln!(stdin, "{command}").and_then(|()| stdin.flush()) {
+            panic!(
+                "{}: cannot send {command:?}: {e}\n{}",
+                self.name,
+                self.report()
+            );
+        }
+    }
+
+    /// The first line after those already looked at that satisfies `wanted`, read from the
+    /// child if it did not print it yet; panics after [`WAIT`]. Lines up to it count as looked at.
+    fn expect(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        while self.cursor < self.transcript.len() {
+            self.cursor += 1;
+            if wanted(&self.transcript[self.cursor - 1]) {
+                return self.transcript[self.cursor - 1].clone();
+            }
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.record(&line);
+                    self.cursor = self.transcript.len();
+                    if wanted(&line) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "{}: no {what} within {WAIT:?}\n{}",
+                        self.name,
+                        self.report()
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("{}: exited before {what}\n{}", self.name, self.report())
+                }
+            }
+        }
+    }
+
+    /// Reads the lines that arrive within `wait`.
+    fn poll(&mut self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.record(&line);
+        }
+    }
+
+    fn record(&mut self, line: &str) {
+        let words: Vec<&str> = line.split(' ').collect();
+        let view = match words.as_slice() {
+            ["READY", _, epoch, members @ ..] | ["VIEW", epoch, members @ ..] => {
+                epoch.parse().ok().map(|e| (e, members))
+            }
+            _ => None,
+        };
+        if let Some((epoch, members)) = view {
+            self.view = Some((epoch, members.iter().map(|m| (*m).to_owned()).collect()));
+        }
+        self.transcript.push(line.to_owned());
+    }
+
+    /// Whether the child printed exactly `line`.
+    fn saw(&self, line: &str) -> bool {
+        self.transcript.iter().any(|l| l == line)
+    }
+
+    /// Whether the child printed a line starting with `prefix`.
+    fn saw_prefix(&self, prefix: &str) -> bool {
+        self.transcript.iter().any(|l| l.starts_with(prefix))
+    }
+
+    /// `kill -9` of the child, by its PID, and reaping it.
+    fn kill(&mut self) {
+        self.stdin = None;
+        let _ = self.child.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        eprintln!("{}: pid {} not reaped in 10 s", self.name, self.child.id());
+    }
+
+    fn report(&self) -> String {
+        format!(
+            "--- transcript of {} (pid {}) ---\n{}",
+            self.name,
+            self.child.id(),
+            self.transcript.join("\n")
+        )
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Whatever is still buffered helps explain the failure.
+            self.poll(Duration::from_millis(10));
+            eprintln!("{}", self.report());
+        }
+        self.kill();
+    }
+}
+
+/// Forwards the lines of `from` to `to`, each prefixed, on a thread that ends with the pipe.
+fn forward(from: impl Read + Send + 'static, prefix: &'static str, to: Sender<String>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { return };
+            if to.send(format!("{prefix}{line}")).is_err() {
+                return;
+            }
+        }
+    });
+}

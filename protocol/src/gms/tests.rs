@@ -1,5 +1,6 @@
 //! Unit tests of the membership state machine over a perfect, instantaneous network.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::*;

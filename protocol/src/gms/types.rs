@@ -1,0 +1,110 @@
+//! What the membership state machine emits and reports: outputs, events, states, counters.
+
+use std::net::SocketAddr;
+
+use conclave_lock_api::wire::{Discovery, GmsMessage};
+use conclave_lock_api::{MemberId, View};
+
+/// Something the membership layer asks the caller to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GmsOutput {
+    /// Send `message` reliably to `to`.
+    Send {
+        /// The receiver.
+        to: MemberId,
+        /// The message.
+        message: GmsMessage,
+    },
+    /// Send an unreliable heartbeat to `to`.
+    Heartbeat {
+        /// The receiver.
+        to: MemberId,
+        /// Epoch of our current view.
+        epoch: u64,
+    },
+    /// Send to the discovery channel (multicast group or seed list).
+    Discover(Discovery),
+    /// Send an unreliable discovery reply to an address.
+    DiscoveryReply {
+        /// The address of the pinging member.
+        to: SocketAddr,
+        /// The reply.
+        discovery: Discovery,
+    },
+    /// `member` was excluded as failed: its reliable-delivery state can be dropped.
+    Forget(MemberId),
+}
+
+/// How a view came to be, from the point of view of the member that installed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewOrigin {
+    /// This member founded a new cluster (a view of one).
+    Founded,
+    /// This member, as coordinator, added or removed members.
+    Changed,
+    /// This member took over from a failed coordinator.
+    TookOver,
+    /// This member, as coordinator, merged other views into its own.
+    Merged,
+    /// The view was installed by another member (the coordinator) and received.
+    Received,
+}
+
+/// Something that happened to this member's membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GmsEvent {
+    /// A new view was installed.
+    ViewInstalled {
+        /// The view.
+        view: View,
+        /// How it came to be.
+        origin: ViewOrigin,
+    },
+    /// This member has left the cluster (graceful leave done, or timed out waiting for it).
+    Left,
+}
+
+/// Where a member is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembershipState {
+    /// Created, [`Gms::join`](super::Gms::join) not yet called.
+    Idle,
+    /// Looking for a coordinator or waiting for it to admit us.
+    Joining,
+    /// In a view.
+    Member,
+    /// Asked to leave, waiting for the coordinator's confirmation.
+    Leaving,
+    /// Gone; the state machine does nothing more.
+    Left,
+}
+
+/// Counters of what the membership layer did, for reports and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GmsStats {
+    /// Views installed at this member (all origins).
+    pub views_installed: u64,
+    /// Clusters founded by this member.
+    pub founded: u64,
+    /// Joiners admitted by this member as coordinator.
+    pub joins_accepted: u64,
+    /// Members excluded as failed by this member as coordinator.
+    pub members_excluded: u64,
+    /// Graceful leaves accepted by this member as coordinator.
+    pub leaves_accepted: u64,
+    /// Takeovers of a failed coordinator by this member.
+    pub takeovers: u64,
+    /// Merge views installed by this member as merge leader.
+    pub merges_led: u64,
+}
+
+/// Test-only ways to break the protocol on purpose, proving the simulator's checkers can fail.
+#[cfg(feature = "sim")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sabotage {
+    /// Drop the view-id discipline: members apply received views whatever their epoch, and a
+    /// merge view reuses the highest merged epoch instead of exceeding it.
+    pub skip_view_epoch_check: bool,
+    /// Never exclude suspected members as coordinator.
+    pub never_exclude: bool,
+}

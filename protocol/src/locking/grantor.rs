@@ -432,48 +432,37 @@ impl Grantor {
                 if owner.member != *from {
                     return;
                 }
-                if let Some(h) = self.table.holder(&name, from, request) {
-                    let token = h.token;
-                    out.push_back((
-                        from.clone(),
-                        LockMessage::Granted {
-                            request,
-                            name,
-                            token,
-                        },
-                    ));
+                // A resend of a granted request is answered with its grant again.
+                let token = if let Some(h) = self.table.holder(&name, from, request) {
+                    h.token
                 } else if self.table.is_queued(&name, from, request) {
-                } else if self.may_grant(ctx) && self.table.can_grant_now(&name, mode, ctx.now) {
-                    let token = self.table.grant(
-                        &name,
-                        Waiter {
-                            owner,
-                            mode,
-                            request,
-                        },
-                        self.epoch,
-                    );
-                    self.log_grant(&name, token);
-                    out.push_back((
-                        from.clone(),
-                        LockMessage::Granted {
-                            request,
-                            name,
-                            token,
-                        },
-                    ));
-                } else if !wait {
-                    out.push_back((from.clone(), LockMessage::Denied { request, name }));
+                    return;
                 } else {
-                    self.table.enqueue(
-                        &name,
-                        Waiter {
-                            owner,
-                            mode,
-                            request,
-                        },
-                    );
-                }
+                    let waiter = Waiter {
+                        owner,
+                        mode,
+                        request,
+                    };
+                    if !(self.may_grant(ctx) && self.table.can_grant_now(&name, mode, ctx.now)) {
+                        if wait {
+                            self.table.enqueue(&name, waiter);
+                        } else {
+                            out.push_back((from.clone(), LockMessage::Denied { request, name }));
+                        }
+                        return;
+                    }
+                    let token = self.table.grant(&name, waiter, self.epoch);
+                    self.log_grant(&name, token);
+                    token
+                };
+                out.push_back((
+                    from.clone(),
+                    LockMessage::Granted {
+                        request,
+                        name,
+                        token,
+                    },
+                ));
             }
             LockMessage::Cancel { request, name } => {
                 let was_holder = self.table.withdraw(&name, from, request).is_none()

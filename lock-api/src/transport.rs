@@ -41,5 +41,14 @@ pub trait Transport: Send + Sync + 'static {
     async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()>;
 
     /// Waits for the next datagram addressed to this member or to the discovery channel.
+    ///
+    /// The node's driver is the only caller, one call at a time; a call may be dropped before
+    /// it completes (the driver also waits on timers and commands), so it must not lose a
+    /// datagram it has not returned.
     async fn recv(&self) -> io::Result<Datagram>;
+
+    /// Closes the transport once the member has left: flushes what is queued (within a short
+    /// bound) and closes connections cleanly. Sends after `close` may fail. The default does
+    /// nothing, which suits datagram sockets.
+    async fn close(&self) {}
 }

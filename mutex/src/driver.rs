@@ -127,6 +127,8 @@ async fn run(inner: Arc<Inner>, commands: Receiver<Command>, leave_bound: Durati
             Wake::Command(Some(Command::Shutdown) | None) => Input::Shutdown,
         };
     }
+    drop(recv);
+    transport.close().await;
     inner.lock().close();
     inner.changed.notify(usize::MAX);
     debug!(member = %inner.member, "driver stopped");

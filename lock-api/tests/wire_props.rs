@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, HeldLock,
-    LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Segment, HEADER_LEN,
-    MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Segment, StreamAck,
+    HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -198,9 +198,10 @@ fn arb_segment() -> BoxedStrategy<Segment> {
         arb_u32(),
         arb_u32(),
         arb_payload(),
+        proptest::option::of((arb_u64(), arb_u64())),
     )
         .prop_map(
-            |(to, stream, base, seq, fragment, fragments, payload)| Segment {
+            |(to, stream, base, seq, fragment, fragments, payload, ack)| Segment {
                 to,
                 stream,
                 base,
@@ -208,6 +209,10 @@ fn arb_segment() -> BoxedStrategy<Segment> {
                 fragment,
                 fragments,
                 payload,
+                ack: ack.map(|(stream, next_expected)| StreamAck {
+                    stream,
+                    next_expected,
+                }),
             },
         )
         .boxed()
@@ -546,7 +551,7 @@ proptest! {
             sender,
             frame: Frame::Data(Segment {
                 to, stream: 1, base: 0, seq: 0, fragment: 0, fragments: 1,
-                payload: Payload(bytes),
+                payload: Payload(bytes), ack: None,
             }),
         };
         let decoded = wire::decode_packet(cluster, &encode(cluster, &packet));
@@ -715,6 +720,7 @@ fn packets_at_the_size_limit() {
             fragment: 0,
             fragments: 1,
             payload: Payload(vec![0xa5; n]),
+            ack: None,
         }),
     };
     // Find the payload that makes the datagram exactly MAX_PACKET_LEN bytes.
@@ -1185,6 +1191,10 @@ fn overhead_bound_holds_for_the_largest_headers() {
                     fragment: u32::MAX,
                     fragments: u32::MAX,
                     payload: Payload(vec![0xff; n]),
+                    ack: Some(StreamAck {
+                        stream: u64::MAX,
+                        next_expected: u64::MAX,
+                    }),
                 }),
             };
             let bytes = wire::encode_packet(cluster, &packet)
@@ -1222,7 +1232,7 @@ fn ping_packet() -> Packet {
 fn golden_ping_packet() {
     const GOLDEN: &str = concat!(
         "434e434c",                             // magic "CNCL"
-        "01",                                   // protocol version
+        "02",                                   // protocol version
         "2b72c88efe37d9c4",                     // cluster id: FNV-1a of "golden", big-endian
         "a2",                                   // Packet: map of 2
         "6673656e646572",                       // "sender"
@@ -1239,7 +1249,7 @@ fn golden_ping_packet() {
     let bytes = encode(cluster, &ping_packet());
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");
     assert_eq!(
-        PROTOCOL_VERSION, 1,
+        PROTOCOL_VERSION, 2,
         "update the golden bytes with the version"
     );
     assert_eq!(wire::decode_packet(cluster, &bytes), Ok(ping_packet()));

@@ -6,7 +6,8 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, ClusterId, Frame, GmsMessage, Message, Packet, Payload, Segment, PACKET_OVERHEAD_MAX,
+    self, ClusterId, Frame, GmsMessage, Message, Packet, Payload, Segment, StreamAck,
+    PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{MemberId, View};
 use conclave_protocol::reliable::{Config, Reliable};
@@ -34,6 +35,10 @@ fn wire_benches(c: &mut Criterion) {
             fragment: 0,
             fragments: 1,
             payload: Payload((0..100).collect()),
+            ack: Some(StreamAck {
+                stream: 2,
+                next_expected: 990,
+            }),
         }),
     };
     let view = View::new(42, (1..=16).map(member).collect()).expect("valid view");

@@ -17,7 +17,7 @@ pub const MAX_MESSAGE_LEN: usize = 16 << 20;
 /// An upper bound on what a [`Packet`] carrying a data segment adds to its payload: header,
 /// sender id (with the longest name) and segment fields. The reliable layer cuts messages into
 /// fragments of at most `max_datagram - PACKET_OVERHEAD_MAX` bytes.
-pub const PACKET_OVERHEAD_MAX: usize = 320;
+pub const PACKET_OVERHEAD_MAX: usize = 384;
 
 /// Nesting depth allowed while decoding; our messages nest a handful of levels.
 const RECURSION_LIMIT: usize = 32;

@@ -63,6 +63,22 @@ pub struct Segment {
     pub fragments: u32,
     /// The fragment's bytes.
     pub payload: Payload,
+    /// An acknowledgement riding along: of the receiver's own stream to the sender. It saves
+    /// the separate [`Frame::Ack`] datagram a request/response exchange would otherwise cost.
+    /// Left out of the encoding when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack: Option<StreamAck>,
+}
+
+/// A cumulative acknowledgement carried by a [`Segment`]. The stream acknowledged is the one
+/// the segment's receiver sends to the segment's sender, so its incarnation is the segment's
+/// `to` and needs no field of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamAck {
+    /// The stream acknowledged.
+    pub stream: u64,
+    /// Every segment with a lower sequence number was received.
+    pub next_expected: u64,
 }
 
 /// Cumulative acknowledgement of a reliable stream.

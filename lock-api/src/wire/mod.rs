@@ -37,6 +37,6 @@ pub use codec::{
 pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
     Ack, Discovery, Frame, GmsMessage, HeldLock, LockMessage, Message, Packet, PendingRelease,
-    PendingRequest, Segment,
+    PendingRequest, Segment, StreamAck,
 };
 pub use payload::Payload;

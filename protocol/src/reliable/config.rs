@@ -74,6 +74,17 @@ pub struct Config {
     /// were lost, or while datagrams older than this are still in flight, could deliver a
     /// message twice. Evictions happen up to an eighth of this late.
     pub idle_timeout: Duration,
+    /// How long an acknowledgement may wait for a data segment to the same peer to ride on.
+    /// Range: below `retransmit_timeout` (zero acknowledges every segment at once). Default:
+    /// 10 ms.
+    ///
+    /// In a request/response exchange (a lock request and its grant) the answer carries the
+    /// acknowledgement, so no datagram is spent on it. An acknowledgement is sent at once,
+    /// whatever this says, for every second segment received, for a segment out of order or
+    /// received before, and for one that fills a gap, so bulk transfers and loss recovery do
+    /// not wait. Senders must allow for it: their `retransmit_timeout` should exceed the
+    /// round-trip time plus this.
+    pub ack_delay: Duration,
 }
 
 impl Default for Config {
@@ -87,6 +98,7 @@ impl Default for Config {
             max_message_len: MAX_MESSAGE_LEN,
             max_peers: 4096,
             idle_timeout: Duration::from_secs(60),
+            ack_delay: Duration::from_millis(10),
         }
     }
 }
@@ -98,11 +110,12 @@ impl Config {
     }
 
     /// For members on one host (loopback, tests): retransmissions after 20 ms, backoff capped
-    /// at 200 ms.
+    /// at 200 ms, acknowledgements delayed by at most 2 ms.
     pub fn local() -> Self {
         Self {
             retransmit_timeout: Duration::from_millis(20),
             max_retransmit_timeout: Duration::from_millis(200),
+            ack_delay: Duration::from_millis(2),
             ..Self::default()
         }
     }
@@ -156,6 +169,12 @@ impl Config {
         if self.idle_timeout.is_zero() {
             return Err(ConfigError::ZeroIdleTimeout);
         }
+        if self.ack_delay >= self.retransmit_timeout {
+            return Err(ConfigError::AckDelayNotBelowTimeout {
+                delay: self.ack_delay,
+                timeout: self.retransmit_timeout,
+            });
+        }
         Ok(())
     }
 
@@ -169,6 +188,9 @@ impl Config {
         self.max_message_len = self.max_message_len.min(MAX_MESSAGE_LEN);
         self.max_peers = self.max_peers.max(1);
         self.idle_timeout = self.idle_timeout.max(Duration::from_micros(1));
+        if self.ack_delay >= self.retransmit_timeout {
+            self.ack_delay = self.retransmit_timeout / 2;
+        }
         self
     }
 }
@@ -223,6 +245,15 @@ pub enum ConfigError {
     /// `idle_timeout` is zero.
     #[error("idle_timeout must be above zero")]
     ZeroIdleTimeout,
+    /// `ack_delay` is not below `retransmit_timeout`: every segment would be retransmitted
+    /// before its acknowledgement left.
+    #[error("ack_delay {delay:?} must be below retransmit_timeout {timeout:?}")]
+    AckDelayNotBelowTimeout {
+        /// The configured delay.
+        delay: Duration,
+        /// The configured initial retransmission timeout.
+        timeout: Duration,
+    },
 }
 
 #[cfg(test)]
@@ -283,6 +314,15 @@ mod tests {
             bad.validate(),
             Err(ConfigError::MessageLenAboveWireLimit { .. })
         ));
+        let bad = Config {
+            ack_delay: Config::default().retransmit_timeout,
+            ..Config::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::AckDelayNotBelowTimeout { .. })
+        ));
+        Config::local().validate().unwrap();
     }
 
     #[test]
@@ -296,6 +336,7 @@ mod tests {
             max_message_len: usize::MAX,
             max_peers: 0,
             idle_timeout: Duration::ZERO,
+            ack_delay: Duration::MAX,
         };
         bad.sanitized().validate().unwrap();
         assert_eq!(Config::default().sanitized(), Config::default());

@@ -16,8 +16,11 @@
 //!   another incarnation of itself and of older streams; a newer stream replaces its receive
 //!   state. A fresh receive state starts at `base`, since everything below was delivered by an
 //!   earlier state: that is what makes forgetting idle peers safe.
-//! - **Acknowledgements** are cumulative (`next_expected`), owed after every data segment and
-//!   coalesced to one per peer per batch of input.
+//! - **Acknowledgements** are cumulative (`next_expected`) and owed after every data segment.
+//!   One rides on the next data segment to the peer (a grant acknowledges its request); a
+//!   lone [`Frame::Ack`] goes out only when no data came within [`Config::ack_delay`], or at
+//!   once for every second segment, a segment out of order or seen before, and one that fills
+//!   a gap.
 //! - **Sending** keeps at most `send_window` segments in flight. One retransmission timer per
 //!   peer resends the oldest unacknowledged segments with exponential backoff; a partial
 //!   acknowledgement during recovery, or the third duplicate one, resends the next hole at
@@ -103,7 +106,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use conclave_lock_api::wire::{Ack, Frame, Segment, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX};
+use conclave_lock_api::wire::{
+    Ack, Frame, Segment, StreamAck, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
+};
 use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
 
@@ -258,6 +263,10 @@ impl Reliable {
             self.stats.peer_limit_dropped += 1;
             return;
         }
+        if let Some(ack) = segment.ack {
+            self.stats.acks_received += 1;
+            self.apply_ack(now, from, ack.stream, ack.next_expected);
+        }
         let Some(peer) = self.peers.get_mut(from) else {
             return;
         };
@@ -279,6 +288,9 @@ impl Reliable {
                 slot.insert(RecvStream::new(segment.stream, segment.base))
             }
         };
+        // A segment that arrives in order with nothing buffered behind it may wait for data
+        // to carry its acknowledgement; anything else tells the sender about a loss.
+        let in_order = segment.seq == recv.next_expected() && recv.buffered() == 0;
         let delivered = &mut self.delivered;
         let stats = &mut self.stats;
         let outcome = recv.receive(
@@ -297,6 +309,19 @@ impl Reliable {
             RecvOutcome::OutOfWindow => self.stats.out_of_window_dropped += 1,
         }
         peer.ack_owed = true;
+        peer.unacked_received = peer.unacked_received.saturating_add(1);
+        let key = TimerKey::Ack(from.clone());
+        if !in_order
+            || outcome != RecvOutcome::Accepted
+            || peer.unacked_received >= 2
+            || self.config.ack_delay.is_zero()
+        {
+            peer.ack_now = true;
+            self.timers.set(&mut peer.ack_at, key, None);
+        } else if peer.ack_at.is_none() && !peer.ack_now {
+            let at = now + self.config.ack_delay;
+            self.timers.set(&mut peer.ack_at, key, Some(at));
+        }
         mark_ready(&mut self.ready, from, peer, self.config.send_window);
     }
 
@@ -313,20 +338,27 @@ impl Reliable {
         if !self.admit(from) {
             return;
         }
+        self.apply_ack(now, from, ack.stream, ack.next_expected);
+    }
+
+    /// Releases what an acknowledgement of our stream `stream` to `from` covers, whether it
+    /// came on its own or on a data segment. The caller checked the incarnation and restarts.
+    fn apply_ack(&mut self, now: Instant, from: &MemberId, stream: u64, next_expected: u64) {
         let Some(peer) = self.peers.get_mut(from) else {
             trace!(peer = %from, "ack from an unknown peer ignored");
             self.stats.stale_dropped += 1;
             return;
         };
-        let Some(stream) = peer.send.as_mut().filter(|s| s.stream() == ack.stream) else {
-            trace!(peer = %from, stream = ack.stream, "ack of an unknown stream ignored");
+        let Some(send) = peer.send.as_mut().filter(|s| s.stream() == stream) else {
+            trace!(peer = %from, stream, "ack of an unknown stream ignored");
             self.stats.stale_dropped += 1;
             return;
         };
+        let stream = send;
         peer.last_activity = now;
-        match stream.on_ack(ack.next_expected, self.config.retransmit_timeout) {
+        match stream.on_ack(next_expected, self.config.retransmit_timeout) {
             AckOutcome::Invalid => {
-                warn!(peer = %from, next_expected = ack.next_expected, "ack of segments never sent dropped");
+                warn!(peer = %from, next_expected, "ack of segments never sent dropped");
                 self.stats.malformed_dropped += 1;
                 return;
             }
@@ -351,6 +383,13 @@ impl Reliable {
                     self.sweep(now);
                 }
                 TimerKey::Retransmit(id) => self.retransmit(now, &id),
+                TimerKey::Ack(id) => {
+                    if let Some(peer) = self.peers.get_mut(&id) {
+                        peer.ack_at = None;
+                        peer.ack_now = true;
+                        mark_ready(&mut self.ready, &id, peer, self.config.send_window);
+                    }
+                }
             }
         }
     }
@@ -365,8 +404,29 @@ impl Reliable {
                 continue;
             };
             let mut frame = None;
-            if peer.ack_owed {
-                peer.ack_owed = false;
+            if let Some(stream) = &mut peer.send {
+                if let Some((mut segment, resent)) =
+                    stream.next_segment(id.incarnation(), window, self.max_fragment_len)
+                {
+                    self.stats.segments_sent += 1;
+                    if resent {
+                        self.stats.segments_retransmitted += 1;
+                        trace!(peer = %id, seq = segment.seq, "segment retransmitted");
+                    }
+                    if peer.ack_owed {
+                        segment.ack = peer.recv.as_ref().map(|recv| StreamAck {
+                            stream: recv.stream(),
+                            next_expected: recv.next_expected(),
+                        });
+                        self.stats.acks_piggybacked += u64::from(segment.ack.is_some());
+                        self.timers
+                            .set(&mut peer.ack_at, TimerKey::Ack(id.clone()), None);
+                        peer.ack_sent();
+                    }
+                    frame = Some(Frame::Data(segment));
+                }
+            }
+            if frame.is_none() && peer.ack_owed && peer.ack_now {
                 if let Some(recv) = &peer.recv {
                     self.stats.acks_sent += 1;
                     frame = Some(Frame::Ack(Ack {
@@ -375,20 +435,9 @@ impl Reliable {
                         next_expected: recv.next_expected(),
                     }));
                 }
-            }
-            if frame.is_none() {
-                if let Some(stream) = &mut peer.send {
-                    if let Some((segment, resent)) =
-                        stream.next_segment(id.incarnation(), window, self.max_fragment_len)
-                    {
-                        self.stats.segments_sent += 1;
-                        if resent {
-                            self.stats.segments_retransmitted += 1;
-                            trace!(peer = %id, seq = segment.seq, "segment retransmitted");
-                        }
-                        frame = Some(Frame::Data(segment));
-                    }
-                }
+                self.timers
+                    .set(&mut peer.ack_at, TimerKey::Ack(id.clone()), None);
+                peer.ack_sent();
             }
             if peer.has_transmit(window) {
                 self.ready.push_back(id.clone());
@@ -530,6 +579,8 @@ impl Reliable {
         };
         let key = TimerKey::Retransmit(id.clone());
         self.timers.set(&mut peer.retransmit_at, key, None);
+        self.timers
+            .set(&mut peer.ack_at, TimerKey::Ack(id.clone()), None);
         self.by_addr.remove(&(id.addr(), id.incarnation()));
         if peer.ready {
             self.ready.retain(|ready| ready != id);

@@ -111,7 +111,6 @@ impl RecvStream {
     }
 
     /// Out-of-order segments held.
-    #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.buffered
     }
@@ -268,6 +267,7 @@ mod tests {
             fragment,
             fragments,
             payload: Payload(payload.to_vec()),
+            ack: None,
         }
     }
 

@@ -236,6 +236,7 @@ impl SendStream {
             fragment,
             fragments: message.fragments,
             payload: Payload(bytes.to_vec()),
+            ack: None,
         })
     }
 }

@@ -22,9 +22,11 @@ pub struct Stats {
     pub stale_dropped: u64,
     /// Segments from new peers dropped because `Config::max_peers` peer states exist.
     pub peer_limit_dropped: u64,
-    /// Acknowledgements handed out by `poll_transmit`.
+    /// Acknowledgements handed out by `poll_transmit` as frames of their own.
     pub acks_sent: u64,
-    /// Acknowledgements passed to `handle_ack`.
+    /// Acknowledgements that rode on data segments handed out by `poll_transmit`.
+    pub acks_piggybacked: u64,
+    /// Acknowledgements received, on their own (`handle_ack`) or on data segments.
     pub acks_received: u64,
     /// Messages handed out by `poll_delivered` (or queued for it).
     pub messages_delivered: u64,

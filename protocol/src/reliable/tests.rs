@@ -15,12 +15,106 @@ fn ms(n: u64) -> Instant {
     Instant::from_nanos(n * 1_000_000)
 }
 
+/// Small windows, and every segment acknowledged at once (the tests of delayed and
+/// piggybacked acknowledgements set their own delay).
 fn config() -> Config {
     Config {
         send_window: 8,
         recv_window: 8,
+        ack_delay: Duration::ZERO,
         ..Config::default()
     }
+}
+
+fn delayed_acks() -> Config {
+    Config {
+        ack_delay: Duration::from_millis(10),
+        ..config()
+    }
+}
+
+fn acks(frames: &[Frame]) -> usize {
+    frames.iter().filter(|f| matches!(f, Frame::Ack(_))).count()
+}
+
+#[test]
+fn a_reply_carries_the_acknowledgement_of_its_request() {
+    let mut p = Pair::new(delayed_acks(), 100);
+    p.a.send(ms(0), &p.idb, b"request".to_vec()).unwrap();
+    let request = frames(&mut p.a);
+    feed(&mut p.b, ms(1), &p.ida, request);
+    assert_eq!(delivered(&mut p.b), [b"request".to_vec()]);
+    // No lone acknowledgement: it waits for the reply, at most `ack_delay`.
+    assert!(frames(&mut p.b).is_empty());
+    assert_eq!(p.b.poll_timeout(), Some(ms(11)));
+    p.b.send(ms(2), &p.ida, b"reply".to_vec()).unwrap();
+    let reply = frames(&mut p.b);
+    assert_eq!(reply.len(), 1, "one datagram: the reply with the ack on it");
+    let Frame::Data(segment) = &reply[0] else {
+        panic!("not data: {reply:?}");
+    };
+    assert!(segment.ack.is_some());
+    feed(&mut p.a, ms(3), &p.idb, reply);
+    assert!(p.a.is_quiescent(), "the request is acknowledged");
+    assert_eq!(delivered(&mut p.a), [b"reply".to_vec()]);
+    assert_eq!(p.b.stats().acks_piggybacked, 1);
+    // Nothing more to say to b: a's acknowledgement of the reply goes alone after the delay.
+    assert!(frames(&mut p.a).is_empty());
+    assert_eq!(p.a.poll_timeout(), Some(ms(13)));
+    p.a.handle_timeout(ms(13));
+    let ack = frames(&mut p.a);
+    assert_eq!(acks(&ack), 1);
+    feed(&mut p.b, ms(14), &p.ida, ack);
+    assert!(p.b.is_quiescent());
+    assert_eq!(p.b.stats().acks_sent, 0);
+}
+
+#[test]
+fn every_second_segment_is_acknowledged_at_once() {
+    let mut p = Pair::new(delayed_acks(), 100);
+    p.a.send(ms(0), &p.idb, msg(1)).unwrap();
+    p.a.send(ms(0), &p.idb, msg(2)).unwrap();
+    let mut segments = frames(&mut p.a).into_iter();
+    feed(
+        &mut p.b,
+        ms(1),
+        &p.ida,
+        segments.next().into_iter().collect(),
+    );
+    assert!(frames(&mut p.b).is_empty());
+    feed(&mut p.b, ms(1), &p.ida, segments.collect());
+    let ack = frames(&mut p.b);
+    assert_eq!(acks(&ack), 1);
+    feed(&mut p.a, ms(2), &p.idb, ack);
+    assert!(p.a.is_quiescent());
+    // The delayed acknowledgement's timer went with it.
+    assert_ne!(p.b.poll_timeout(), Some(ms(11)));
+}
+
+#[test]
+fn a_gap_is_reported_at_once() {
+    let mut p = Pair::new(delayed_acks(), 100);
+    for i in 1..=3 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    let segments = data(&mut p.a);
+    // The first is lost: the second is out of order and acknowledged at once (a duplicate
+    // acknowledgement for the sender's fast retransmit).
+    p.b.handle_segment(ms(1), &p.ida, segments[1].clone());
+    let ack = frames(&mut p.b);
+    assert_eq!(acks(&ack), 1);
+    let Frame::Ack(ack) = &ack[0] else {
+        unreachable!()
+    };
+    assert_eq!(ack.next_expected, 1);
+    // Filling the gap is acknowledged at once too.
+    p.b.handle_segment(ms(2), &p.ida, segments[0].clone());
+    let ack = frames(&mut p.b);
+    assert_eq!(acks(&ack), 1);
+    assert_eq!(delivered(&mut p.b), [msg(1), msg(2)]);
+    // A segment seen before: at once as well.
+    p.b.handle_segment(ms(3), &p.ida, segments[0].clone());
+    assert_eq!(acks(&frames(&mut p.b)), 1);
 }
 
 /// Two endpoints, `a` (incarnation 1, port 1) and `b` (incarnation 2, port 2).
@@ -301,6 +395,7 @@ fn malformed_segments_are_dropped_without_panic() {
         fragment: 0,
         fragments: 1,
         payload: Payload(vec![1]),
+        ack: None,
     };
     let bad = [
         Segment {

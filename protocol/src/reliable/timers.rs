@@ -13,6 +13,8 @@ pub(crate) enum TimerKey {
     Sweep,
     /// Retransmit to this peer.
     Retransmit(MemberId),
+    /// Send the acknowledgement owed to this peer, no data having come to carry it.
+    Ack(MemberId),
 }
 
 /// Deadlines ordered by time, then key, so equal deadlines fire in a fixed order.

@@ -7,6 +7,11 @@ use std::sync::Mutex;
 
 use async_io::Async;
 use async_trait::async_trait;
+#[cfg(unix)]
+use std::time::Duration;
+
+#[cfg(unix)]
+use conclave_lock_api::BlockingRecv;
 use conclave_lock_api::{Datagram, Transport};
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
@@ -87,6 +92,18 @@ impl UdpMulticast {
         self.group
     }
 
+    /// Takes one datagram from either socket if one is waiting. An empty datagram (how
+    /// [`BlockingRecv::interrupt`] wakes a blocked receive) is consumed and reported as
+    /// `Some(None)`.
+    fn try_recv_any(&self) -> io::Result<Option<Option<Datagram>>> {
+        for socket in [&self.unicast, &self.multicast] {
+            if let Some(datagram) = self.try_recv(socket)? {
+                return Ok(Some((!datagram.bytes.is_empty()).then_some(datagram)));
+            }
+        }
+        Ok(None)
+    }
+
     /// Takes one datagram from `socket` if one is waiting.
     fn try_recv(&self, socket: &Async<UdpSocket>) -> io::Result<Option<Datagram>> {
         let mut buf = self
@@ -134,11 +151,10 @@ impl Transport for UdpMulticast {
 
     async fn recv(&self) -> io::Result<Datagram> {
         loop {
-            if let Some(datagram) = self.try_recv(&self.unicast)? {
-                return Ok(datagram);
-            }
-            if let Some(datagram) = self.try_recv(&self.multicast)? {
-                return Ok(datagram);
+            match self.try_recv_any()? {
+                Some(Some(datagram)) => return Ok(datagram),
+                Some(None) => continue,
+                None => {}
             }
             let unicast = pin!(self.unicast.readable());
             let multicast = pin!(self.multicast.readable());
@@ -146,6 +162,40 @@ impl Transport for UdpMulticast {
                 futures::future::Either::Left((ready, _))
                 | futures::future::Either::Right((ready, _)) => ready?,
             }
+        }
+    }
+
+    #[cfg(unix)]
+    fn blocking(&self) -> Option<&dyn BlockingRecv> {
+        Some(self)
+    }
+}
+
+/// The driver's thread waits in `poll(2)` on both sockets, so the kernel wakes it directly
+/// when a datagram arrives.
+#[cfg(unix)]
+impl BlockingRecv for UdpMulticast {
+    fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
+        if let Some(datagram) = self.try_recv_any()? {
+            return Ok(datagram);
+        }
+        // A timeout too long for a timespec waits without limit; callers loop anyway.
+        let timeout = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        let mut fds = [
+            rustix::event::PollFd::new(self.unicast.get_ref(), rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(self.multicast.get_ref(), rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+        Ok(self.try_recv_any()?.flatten())
+    }
+
+    fn interrupt(&self) {
+        // An empty datagram to ourselves: it wakes the poll and is never delivered.
+        if let Err(error) = self.unicast.get_ref().send_to(&[], self.local) {
+            debug!(%error, "could not interrupt the blocking receive");
         }
     }
 }

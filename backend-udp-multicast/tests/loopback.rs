@@ -194,3 +194,55 @@ fn a_lock_granted_over_udp() {
         "granted by the coordinator"
     );
 }
+
+#[test]
+fn the_blocking_receive_gets_datagrams_times_out_and_can_be_interrupted() {
+    let a = UdpMulticast::bind(&config(9)).unwrap();
+    let b = std::sync::Arc::new(UdpMulticast::bind(&config(9)).unwrap());
+    let blocking = b
+        .blocking()
+        .expect("the UDP backend has a blocking receive");
+
+    // A unicast datagram and a discovery datagram both arrive.
+    block_on(a.send_to(b.local_addr(), b"direct")).unwrap();
+    block_on(a.send_discovery(b"group")).unwrap();
+    let mut got = Vec::new();
+    let deadline = StdInstant::now() + Duration::from_secs(5);
+    while got.len() < 2 && StdInstant::now() < deadline {
+        if let Some(datagram) = blocking
+            .recv_blocking(Some(Duration::from_millis(100)))
+            .unwrap()
+        {
+            got.push(datagram.bytes);
+        }
+    }
+    got.sort();
+    assert_eq!(got, [b"direct".to_vec(), b"group".to_vec()]);
+
+    // Nothing more: the timeout bounds the wait.
+    let start = StdInstant::now();
+    assert_eq!(
+        blocking
+            .recv_blocking(Some(Duration::from_millis(20)))
+            .unwrap(),
+        None
+    );
+    assert!(start.elapsed() >= Duration::from_millis(20));
+
+    // An interrupt from another thread ends a wait without limit, and is not delivered.
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.blocking().unwrap().recv_blocking(None))
+    };
+    std::thread::sleep(Duration::from_millis(20)); // let it block (the test passes either way)
+    blocking.interrupt();
+    let deadline = StdInstant::now() + Duration::from_secs(5);
+    while !waiter.is_finished() {
+        assert!(
+            StdInstant::now() < deadline,
+            "the interrupt did not wake the receive"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(waiter.join().unwrap().unwrap(), None);
+}

@@ -33,5 +33,5 @@ pub use error::{LockError, LockNameError, MemberNameError};
 pub use event::{LockEvent, LockLostReason};
 pub use ids::{MemberId, OwnerId, RequestId};
 pub use lock::{FencingToken, LockMode, LockName};
-pub use transport::{Datagram, Transport};
+pub use transport::{BlockingRecv, Datagram, Transport};
 pub use view::{View, ViewError, ViewId};

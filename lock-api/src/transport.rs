@@ -2,6 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -47,8 +48,34 @@ pub trait Transport: Send + Sync + 'static {
     /// datagram it has not returned.
     async fn recv(&self) -> io::Result<Datagram>;
 
+    /// A receive that blocks the calling thread, if the backend has one; `None` (the default)
+    /// otherwise.
+    ///
+    /// With it, the node's driver waits for datagrams on its own thread, which the kernel
+    /// wakes directly when one arrives. Without it, the driver awaits [`Transport::recv`] on
+    /// the async-io reactor, where the wake-up may pass through the reactor's thread first:
+    /// one more thread hop on the path of every lock request.
+    fn blocking(&self) -> Option<&dyn BlockingRecv> {
+        None
+    }
+
     /// Closes the transport once the member has left: flushes what is queued (within a short
     /// bound) and closes connections cleanly. Sends after `close` may fail. The default does
     /// nothing, which suits datagram sockets.
     async fn close(&self) {}
+}
+
+/// A receive that blocks its thread: see [`Transport::blocking`].
+pub trait BlockingRecv: Send + Sync {
+    /// Waits up to `timeout` (`None`: without limit) for the next datagram addressed to this
+    /// member or to the discovery channel. `Ok(None)` when the timeout passed, when
+    /// [`BlockingRecv::interrupt`] was called, or spuriously; callers loop.
+    ///
+    /// # Errors
+    /// An error of the sockets, other than an interrupted system call.
+    fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>>;
+
+    /// Makes the current call of [`BlockingRecv::recv_blocking`], or the next one if none is
+    /// in progress, return promptly. Never blocks.
+    fn interrupt(&self);
 }

@@ -1,19 +1,27 @@
 //! The driver: one thread per node running the protocol over the transport.
 //!
-//! The thread runs [`async_io::block_on`] (async-io has its own reactor, so this works next
-//! to any runtime). It owns the transport's receive loop, one [`Timer`] re-armed to the
-//! endpoint's next deadline, and the command channel through which users' tasks wake it. It
-//! never waits for users: it completes their futures directly (see [`crate::shared`]).
+//! The thread feeds the endpoint its inputs (datagrams, timer expiries, commands from users'
+//! tasks) and sends what comes out. It never waits for users: it completes their futures
+//! directly (see [`crate::shared`]). It waits in one of two ways:
+//! - **blocked in the transport** ([`Transport::blocking`], the UDP backend): the kernel
+//!   wakes this thread directly when a datagram arrives, as it would a plain blocking
+//!   `recv_from`; deadlines are the receive's timeout, and commands interrupt it. No other
+//!   thread is on the path from the socket to the protocol.
+//! - **in the async-io reactor** (every other transport): [`async_io::block_on`] over the
+//!   transport's receive, one [`Timer`] re-armed to the endpoint's next deadline, and the
+//!   command channel. async-io has its own reactor, so this works next to any runtime.
+//!
+//! [`Transport::blocking`]: conclave_lock_api::Transport::blocking
 
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use async_channel::Receiver;
+use async_channel::{Receiver, TryRecvError};
 use async_io::Timer;
-use conclave_lock_api::Datagram;
+use conclave_lock_api::{BlockingRecv, Datagram, Transport};
 use futures::future::{select, Either};
 use tracing::{debug, trace, warn};
 
@@ -32,39 +40,129 @@ pub(crate) fn spawn(
     leave_bound: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("conclave-{}", inner.member.name());
-    thread::Builder::new()
-        .name(name)
-        .spawn(move || async_io::block_on(run(inner, commands, leave_bound)))
+    thread::Builder::new().name(name).spawn(move || {
+        let transport = inner.transport.clone();
+        let mut driver = Driver {
+            inner,
+            commands,
+            leave_bound,
+            deadline: None,
+            leaving_until: None,
+        };
+        match transport.blocking() {
+            Some(blocking) => driver.run_blocking(blocking),
+            None => async_io::block_on(driver.run_in_reactor(&*transport)),
+        }
+        async_io::block_on(transport.close());
+        driver.inner.lock().close();
+        driver.inner.changed.notify(usize::MAX);
+        debug!(member = %driver.inner.member, "driver stopped");
+    })
 }
 
-/// What woke the driver.
-enum Wake {
-    Datagram(std::io::Result<Datagram>),
+/// What the driver feeds the endpoint at the top of its loop.
+enum Input {
+    Join,
+    Datagram(Vec<u8>),
     Timer,
-    Command(Option<Command>),
+    Shutdown,
+    Nothing,
 }
 
-async fn run(inner: Arc<Inner>, commands: Receiver<Command>, leave_bound: Duration) {
-    let transport = inner.transport.clone();
-    let mut recv: Pin<Box<dyn Future<Output = std::io::Result<Datagram>> + Send + '_>> =
-        transport.recv();
-    let mut timer = Timer::never();
-    let mut leaving_until: Option<std::time::Instant> = None;
-    let mut input = Input::Join;
-    loop {
-        // One critical section per wake-up: feed the input, complete the waiters it answers,
-        // collect the datagrams, re-arm the timer.
+struct Driver {
+    inner: Arc<Inner>,
+    commands: Receiver<Command>,
+    leave_bound: Duration,
+    /// When the endpoint (or the leave bound) next needs the driver.
+    deadline: Option<Instant>,
+    leaving_until: Option<Instant>,
+}
+
+impl Driver {
+    /// The loop over a blocking receive: until the node has left.
+    fn run_blocking(&mut self, transport: &dyn BlockingRecv) {
+        let mut input = Input::Join;
+        while !self.step(input) {
+            input = match self.commands.try_recv() {
+                Ok(Command::Send(send)) => {
+                    async_io::block_on(send);
+                    Input::Nothing
+                }
+                Ok(command) => command_input(Some(command)),
+                Err(TryRecvError::Closed) => command_input(None),
+                Err(TryRecvError::Empty) => {
+                    let now = Instant::now();
+                    match self.deadline {
+                        Some(at) if at <= now => Input::Timer,
+                        deadline => {
+                            let timeout = deadline.map(|at| at - now);
+                            match transport.recv_blocking(timeout) {
+                                Ok(Some(datagram)) => received(datagram),
+                                Ok(None) => Input::Nothing,
+                                Err(error) => {
+                                    warn!(%error, "transport receive failed");
+                                    thread::sleep(RECV_BACKOFF);
+                                    Input::Nothing
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+        }
+    }
+
+    /// The loop on the async-io reactor: until the node has left.
+    async fn run_in_reactor(&mut self, transport: &dyn Transport) {
+        let mut recv: Pin<Box<dyn Future<Output = std::io::Result<Datagram>> + Send + '_>> =
+            transport.recv();
+        let mut timer = Timer::never();
+        let mut input = Input::Join;
+        while !self.step(input) {
+            match self.deadline {
+                Some(at) => timer.set_at(at),
+                None => timer = Timer::never(),
+            }
+            let command = pin!(self.commands.recv());
+            input = match select(command, select(&mut recv, &mut timer)).await {
+                Either::Left((command, _)) => match command.ok() {
+                    Some(Command::Send(send)) => {
+                        send.await;
+                        Input::Nothing
+                    }
+                    command => command_input(command),
+                },
+                Either::Right((Either::Left((result, _)), _)) => {
+                    recv = transport.recv();
+                    match result {
+                        Ok(datagram) => received(datagram),
+                        Err(error) => {
+                            warn!(%error, "transport receive failed");
+                            Timer::after(RECV_BACKOFF).await;
+                            Input::Nothing
+                        }
+                    }
+                }
+                Either::Right((Either::Right(_), _)) => Input::Timer,
+            };
+        }
+    }
+
+    /// One critical section per wake-up: feeds the input, completes the waiters it answers,
+    /// collects the datagrams, computes the next deadline; then sends. Returns whether the
+    /// driver is done.
+    fn step(&mut self, input: Input) -> bool {
         let (effects, done) = {
-            let mut shared = inner.lock();
-            let now = inner.now();
+            let mut shared = self.inner.lock();
+            let now = self.inner.now();
             let mut effects = None;
-            match std::mem::replace(&mut input, Input::Nothing) {
+            match input {
                 Input::Join => shared.endpoint.join(now),
                 Input::Datagram(bytes) => shared.endpoint.handle_datagram(now, &bytes),
                 Input::Timer => shared.endpoint.handle_timeout(now),
-                Input::Shutdown if leaving_until.is_none() => {
-                    debug!(member = %inner.member, "shutting down: releasing locks, leaving");
-                    leaving_until = Some(std::time::Instant::now() + leave_bound);
+                Input::Shutdown if self.leaving_until.is_none() => {
+                    debug!(member = %self.inner.member, "shutting down: releasing locks, leaving");
+                    self.leaving_until = Some(Instant::now() + self.leave_bound);
                     effects = Some(shared.close_locks(now));
                 }
                 Input::Shutdown | Input::Nothing => {}
@@ -76,69 +174,35 @@ async fn run(inner: Arc<Inner>, commands: Receiver<Command>, leave_bound: Durati
                 }
                 None => shared.settle(now),
             };
-            let done = leaving_until.is_some_and(|until| {
-                shared.endpoint.is_drained() || std::time::Instant::now() >= until
-            });
+            let done = self
+                .leaving_until
+                .is_some_and(|until| shared.endpoint.is_drained() || Instant::now() >= until);
             shared.armed = shared.endpoint.poll_timeout();
-            let deadline = shared
+            self.deadline = shared
                 .armed
-                .map(|at| inner.to_std(at))
+                .map(|at| self.inner.to_std(at))
                 .into_iter()
-                .chain(leaving_until)
+                .chain(self.leaving_until)
                 .min();
-            match deadline {
-                Some(at) => timer.set_at(at),
-                None => timer = Timer::never(),
-            }
             (effects, done)
         };
-        inner.flush(effects);
-        if done {
-            break;
-        }
-        let wake = {
-            let command = pin!(commands.recv());
-            match select(command, select(&mut recv, &mut timer)).await {
-                Either::Left((command, _)) => Wake::Command(command.ok()),
-                Either::Right((Either::Left((datagram, _)), _)) => Wake::Datagram(datagram),
-                Either::Right((Either::Right(_), _)) => Wake::Timer,
-            }
-        };
-        input = match wake {
-            Wake::Datagram(Ok(datagram)) => {
-                recv = transport.recv();
-                trace!(from = %datagram.from, len = datagram.bytes.len(), "datagram");
-                Input::Datagram(datagram.bytes)
-            }
-            Wake::Datagram(Err(error)) => {
-                warn!(%error, "transport receive failed");
-                Timer::after(RECV_BACKOFF).await;
-                recv = transport.recv();
-                Input::Nothing
-            }
-            Wake::Timer => Input::Timer,
-            Wake::Command(Some(Command::Flush)) => Input::Nothing,
-            Wake::Command(Some(Command::Send(send))) => {
-                send.await;
-                Input::Nothing
-            }
-            // The sender lives in `inner`, which this thread holds: `None` cannot happen, but
-            // would mean the same as a shutdown.
-            Wake::Command(Some(Command::Shutdown) | None) => Input::Shutdown,
-        };
+        // This thread re-arms itself before it waits: no need to wake it.
+        self.inner.flush(effects.without_driver_wake());
+        done
     }
-    drop(recv);
-    transport.close().await;
-    inner.lock().close();
-    inner.changed.notify(usize::MAX);
-    debug!(member = %inner.member, "driver stopped");
 }
 
-/// What the driver feeds the endpoint at the top of its loop.
-enum Input {
-    Join,
-    Datagram(Vec<u8>),
-    Timer,
-    Shutdown,
-    Nothing,
+fn received(datagram: Datagram) -> Input {
+    trace!(from = %datagram.from, len = datagram.bytes.len(), "datagram");
+    Input::Datagram(datagram.bytes)
+}
+
+/// The input a command makes (sends are finished by the caller).
+fn command_input(command: Option<Command>) -> Input {
+    match command {
+        Some(Command::Flush | Command::Send(_)) => Input::Nothing,
+        // The sender lives in `inner`, which this thread holds: `None` cannot happen, but
+        // would mean the same as a shutdown.
+        Some(Command::Shutdown) | None => Input::Shutdown,
+    }
 }

@@ -51,9 +51,11 @@ pub(crate) struct Params {
 enum State {
     /// Not polled yet: nothing registered.
     Idle(Params),
-    /// Registered in the endpoint; `listener` is set while sleeping.
+    /// Registered in the endpoint; busy-polling until `spin_until`, then `listener` is set
+    /// while sleeping.
     Waiting {
         request: RequestId,
+        spin_until: Option<std::time::Instant>,
         listener: Option<EventListener>,
     },
     /// Answered; the slot belongs to the guard (or is gone).
@@ -116,16 +118,21 @@ impl Request {
                     };
                     self.state = State::Waiting {
                         request,
+                        spin_until: self.inner.spin_deadline(),
                         listener: None,
                     };
                     self.inner.flush(effects);
                 }
-                State::Waiting { request, listener } => {
+                State::Waiting {
+                    request,
+                    spin_until,
+                    listener,
+                } => {
                     if let Some(l) = listener {
                         ready!(Pin::new(l).poll(cx));
                         *listener = None;
                     }
-                    let request = *request;
+                    let (request, spin_until) = (*request, *spin_until);
                     let mut shared = self.inner.lock();
                     let Some(slot) = shared.slots.get(&request) else {
                         drop(shared);
@@ -153,11 +160,16 @@ impl Request {
                             self.state = State::Done;
                             return Poll::Ready(Err(error));
                         }
+                        None if spin(spin_until, cx) => {
+                            drop(shared);
+                            return Poll::Pending;
+                        }
                         None => {
                             let l = slot.event.listen();
                             drop(shared);
                             self.state = State::Waiting {
                                 request,
+                                spin_until: None,
                                 listener: Some(l),
                             };
                         }
@@ -318,7 +330,8 @@ impl Future for Lost<'_> {
 
 enum UnlockState {
     Start,
-    Waiting(Option<EventListener>),
+    /// Busy-polling until the instant, then sleeping on the listener.
+    Waiting(Option<std::time::Instant>, Option<EventListener>),
     Done,
 }
 
@@ -384,13 +397,14 @@ impl Future for Unlock {
                         this.state = UnlockState::Done;
                         return Poll::Ready(Err(error));
                     }
-                    this.state = UnlockState::Waiting(None);
+                    this.state = UnlockState::Waiting(this.inner.spin_deadline(), None);
                 }
-                UnlockState::Waiting(listener) => {
+                UnlockState::Waiting(spin_until, listener) => {
                     if let Some(l) = listener {
                         ready!(Pin::new(l).poll(cx));
                         *listener = None;
                     }
+                    let spin_until = *spin_until;
                     let mut shared = this.inner.lock();
                     let (released, closed) = match shared.slots.get(&this.request) {
                         Some(slot) => (slot.released, shared.phase == Phase::Closed),
@@ -406,12 +420,15 @@ impl Future for Unlock {
                             Err(UnlockError::Shutdown)
                         });
                     }
+                    if spin(spin_until, cx) {
+                        return Poll::Pending;
+                    }
                     let l = shared
                         .slots
                         .get(&this.request)
                         .map(|slot| slot.event.listen());
                     drop(shared);
-                    this.state = UnlockState::Waiting(l);
+                    this.state = UnlockState::Waiting(None, l);
                 }
                 UnlockState::Done => return Poll::Ready(Ok(())),
             }
@@ -427,7 +444,7 @@ impl Drop for Unlock {
             match self.state {
                 // Never polled: release like a guard's drop.
                 UnlockState::Start => shared.release(now, self.request),
-                UnlockState::Waiting(_) => {
+                UnlockState::Waiting(..) => {
                     shared.slots.remove(&self.request);
                 }
                 UnlockState::Done => return,
@@ -436,4 +453,14 @@ impl Drop for Unlock {
         };
         self.inner.flush(effects);
     }
+}
+
+/// While a wait busy-polls (until `until`), asks to be polled again at once and says so;
+/// the task yields to its executor in between.
+fn spin(until: Option<std::time::Instant>, cx: &mut Context<'_>) -> bool {
+    if until.is_some_and(|until| std::time::Instant::now() < until) {
+        cx.waker().wake_by_ref();
+        return true;
+    }
+    false
 }

@@ -100,7 +100,9 @@ pub use conclave_udp as udp;
 pub use error::{NodeError, UnlockError};
 pub use hold::{LockStatus, Lost, Unlock};
 pub use mutex::{DistributedMutex, Lock, MutexGuard};
-pub use node::{HeldLock, LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT};
+pub use node::{
+    HeldLock, LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT,
+};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantLockFuture};
 pub use rwlock::{Read, RwLock, RwLockGuard, Write};
 pub use shared::LockLost;

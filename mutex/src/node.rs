@@ -32,6 +32,10 @@ use crate::shared::{Command, Inner, LockLost, Phase};
 /// How long [`NodeBuilder::join`] waits for the first view unless told otherwise.
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a waiting lock future busy-polls for its answer before it sleeps, unless told
+/// otherwise ([`NodeBuilder::spin_wait`]): about one round trip on loopback.
+pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
+
 /// Configures and starts a [`Node`]. Made by [`Node::builder`].
 pub struct NodeBuilder {
     cluster: String,
@@ -39,6 +43,7 @@ pub struct NodeBuilder {
     transport: Option<Arc<dyn Transport>>,
     config: EndpointConfig,
     join_timeout: Duration,
+    spin_wait: Duration,
 }
 
 impl fmt::Debug for NodeBuilder {
@@ -52,6 +57,7 @@ impl fmt::Debug for NodeBuilder {
             )
             .field("config", &self.config)
             .field("join_timeout", &self.join_timeout)
+            .field("spin_wait", &self.spin_wait)
             .finish()
     }
 }
@@ -92,6 +98,20 @@ impl NodeBuilder {
         self
     }
 
+    /// How long a future waiting for a lock (or for the acknowledgement of an unlock)
+    /// busy-polls for the answer before it sleeps until woken. Default
+    /// [`DEFAULT_SPIN_WAIT`] (50 µs); `Duration::ZERO` never spins.
+    ///
+    /// Waking a sleeping thread can cost as much as a loopback round trip, so a short spin
+    /// makes an uncontended lock from another process cost about one round trip. The spin
+    /// yields to the executor between polls (the task wakes itself), so other tasks keep
+    /// running, but it keeps a core busy for up to this long per wait: set it to zero where
+    /// CPU matters more than latency, or to about one round trip of your network.
+    pub fn spin_wait(mut self, spin: Duration) -> Self {
+        self.spin_wait = spin;
+        self
+    }
+
     /// Starts the node's driver thread and waits until the node is in a view: it joined the
     /// cluster's coordinator, or, finding none, founded the cluster.
     ///
@@ -116,7 +136,7 @@ impl NodeBuilder {
             transport.max_datagram_size(),
         );
         let (commands, receiver) = async_channel::unbounded();
-        let inner = Arc::new(Inner::new(endpoint, transport, commands));
+        let inner = Arc::new(Inner::new(endpoint, transport, commands, self.spin_wait));
         let thread =
             driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;
         let node = Node {
@@ -198,6 +218,7 @@ impl Node {
             transport: None,
             config: EndpointConfig::default(),
             join_timeout: DEFAULT_JOIN_TIMEOUT,
+            spin_wait: DEFAULT_SPIN_WAIT,
         }
     }
 
@@ -314,7 +335,7 @@ impl Node {
     /// Dropping the future drops the node, which finishes the shutdown (blocking the thread
     /// that drops it until the driver thread has stopped).
     pub async fn leave(mut self) {
-        let _ = self.inner.commands.try_send(Command::Shutdown);
+        self.inner.command(Command::Shutdown);
         loop {
             let listener = {
                 // Listen while holding the state lock: the driver marks the node closed under
@@ -345,7 +366,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         if self.thread.is_some() {
-            let _ = self.inner.commands.try_send(Command::Shutdown);
+            self.inner.command(Command::Shutdown);
             self.join_thread();
         }
     }

@@ -85,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) member: MemberId,
     origin: std::time::Instant,
+    /// How long a waiting future busy-polls before it sleeps ([`crate::NodeBuilder::spin_wait`]).
+    pub(crate) spin_wait: std::time::Duration,
     /// Notified when a view is installed and when the node closes.
     pub(crate) changed: Event,
 }
@@ -102,6 +104,7 @@ impl Inner {
         endpoint: Endpoint,
         transport: Arc<dyn Transport>,
         commands: Sender<Command>,
+        spin_wait: std::time::Duration,
     ) -> Self {
         Self {
             member: endpoint.local().clone(),
@@ -109,6 +112,7 @@ impl Inner {
             commands,
             transport,
             origin: std::time::Instant::now(),
+            spin_wait,
             changed: Event::new(),
         }
     }
@@ -117,6 +121,11 @@ impl Inner {
     /// method leaves it consistent between calls into the endpoint.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Until when a wait that starts now busy-polls (see [`crate::NodeBuilder::spin_wait`]).
+    pub(crate) fn spin_deadline(&self) -> Option<std::time::Instant> {
+        (!self.spin_wait.is_zero()).then(|| std::time::Instant::now() + self.spin_wait)
     }
 
     /// The protocol's clock: time since the node started.
@@ -143,11 +152,11 @@ impl Inner {
             let mut send = self.send_future(transmit);
             let mut cx = Context::from_waker(futures::task::noop_waker_ref());
             if send.as_mut().poll(&mut cx).is_pending() {
-                let _ = self.commands.try_send(Command::Send(send));
+                self.command(Command::Send(send));
             }
         }
         if wake_driver {
-            let _ = self.commands.try_send(Command::Flush);
+            self.command(Command::Flush);
         }
         if node_changed {
             self.changed.notify(usize::MAX);
@@ -157,6 +166,15 @@ impl Inner {
             let call = std::panic::AssertUnwindSafe(|| handler(&event));
             if std::panic::catch_unwind(call).is_err() {
                 tracing::error!(lock = %event.name, "a lost-lock handler panicked");
+            }
+        }
+    }
+
+    /// Gives the driver a command and wakes it (also out of a blocking receive).
+    pub(crate) fn command(&self, command: Command) {
+        if self.commands.try_send(command).is_ok() {
+            if let Some(blocking) = self.transport.blocking() {
+                blocking.interrupt();
             }
         }
     }
@@ -203,6 +221,12 @@ pub(crate) struct Effects {
 }
 
 impl Effects {
+    /// The same, without waking the driver (for the driver's own calls).
+    pub(crate) fn without_driver_wake(mut self) -> Self {
+        self.wake_driver = false;
+        self
+    }
+
     /// Adds `later`'s effects after these.
     pub(crate) fn merge(&mut self, later: Effects) {
         self.transmits.extend(later.transmits);

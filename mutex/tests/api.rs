@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{cluster, within, WAIT};
 use conclave::memory::MemoryNetwork;
 use conclave::{
@@ -161,5 +163,51 @@ fn dropped_unlock_futures_still_release() {
         for node in nodes {
             node.leave().await;
         }
+    });
+}
+
+/// Waiting futures busy-poll for `spin_wait`, then sleep until woken: with no spin, with the
+/// default, and with a spin longer than the wait, a waiter on a remote grantor is answered
+/// once the holder releases, and its acknowledged unlock completes.
+#[test]
+fn waiters_are_answered_whatever_their_spin() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let grantor = common::node(&network, "spin", "grantor").await;
+        for (i, spin) in [
+            Duration::ZERO,
+            conclave::DEFAULT_SPIN_WAIT,
+            Duration::from_secs(60),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let waiter = within(
+                WAIT,
+                "join",
+                Node::builder("spin")
+                    .name(format!("waiter-{i}"))
+                    .transport(network.transport())
+                    .config(conclave::EndpointConfig::local())
+                    .spin_wait(spin)
+                    .join(),
+            )
+            .await
+            .unwrap();
+            common::agree(&[&grantor, &waiter]).await;
+            let held = within(WAIT, "grantor locks", grantor.mutex("s").unwrap().lock())
+                .await
+                .unwrap();
+            let mutex = waiter.mutex("s").unwrap();
+            let mut wait = Box::pin(mutex.lock());
+            assert!(futures::poll!(wait.as_mut()).is_pending());
+            drop(held);
+            let guard = within(WAIT, "waiter granted", wait).await.unwrap();
+            within(WAIT, "acknowledged unlock", guard.unlock())
+                .await
+                .unwrap();
+            waiter.leave().await;
+        }
+        grantor.leave().await;
     });
 }

@@ -1,0 +1,218 @@
+//! The TCP mesh transport: a listener, one connection per member, driven by `recv`.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_io::{Async, Timer};
+use async_trait::async_trait;
+use conclave_lock_api::{Datagram, Transport};
+use futures::future::select;
+use socket2::{Domain, Protocol, Socket, Type};
+use tracing::debug;
+
+use crate::config::TcpConfig;
+use crate::state::{closed, State, Step};
+use crate::stats::TcpStats;
+use crate::wake::Doorbell;
+
+/// Pending connections the kernel keeps for the listener.
+const BACKLOG: i32 = 1024;
+
+/// A [`Transport`] over a full TCP mesh: one connection per member pair, seed-list discovery.
+///
+/// Built by [`TcpMesh::bind`]. Sockets are driven by `async-io`'s reactor, so the mesh works
+/// under any async runtime. There is no background thread: a send writes straight to the
+/// socket when it can, and everything else (accepts, connects, queued writes, reads,
+/// timeouts) happens inside [`Transport::recv`] and [`Transport::close`]. Keep one `recv`
+/// pending at all times, as the node's driver does, or connects, queued frames and accepts
+/// wait. Sends may come from other threads meanwhile; one that leaves work behind wakes the
+/// pending `recv`.
+///
+/// # Receivers
+/// The trait expects one caller of `recv` at a time. A second concurrent call is safe (every
+/// socket event wakes every waiting call, so none misses one, and they share the work) but
+/// pointless.
+///
+/// # Dropping
+/// Dropping the mesh closes every socket at once, without the flush of [`Transport::close`].
+pub struct TcpMesh {
+    state: Mutex<State>,
+    bell: Arc<Doorbell>,
+    local: SocketAddr,
+    max_frame: usize,
+    close_timeout: Duration,
+}
+
+impl fmt::Debug for TcpMesh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpMesh")
+            .field("local", &self.local)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpMesh {
+    /// Listens as `config` says. Nothing is dialled until the first send.
+    ///
+    /// # Errors
+    /// `InvalidInput` if the configuration does not validate; any error of the system calls
+    /// (address in use, address not available, ...).
+    pub fn bind(config: &TcpConfig) -> io::Result<Self> {
+        config
+            .validate()
+            .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
+        let socket = Socket::new(
+            Domain::for_address(config.bind),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        if config.bind.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        // Lets a restarted member listen on its old port while old connections linger in
+        // TIME_WAIT (on Windows the option means something else, and is not needed).
+        #[cfg(unix)]
+        socket.set_reuse_address(true)?;
+        socket.bind(&config.bind.into())?;
+        socket.listen(BACKLOG)?;
+        let listener = Async::new(TcpListener::from(socket))?;
+        let local = listener.get_ref().local_addr()?;
+        let bell = Arc::new(Doorbell::default());
+        let state = State::new(
+            config.clone(),
+            listener,
+            local,
+            instance_id(local),
+            Arc::clone(&bell),
+        );
+        debug!(%local, seeds = ?config.seeds, "TCP mesh listening");
+        Ok(Self {
+            state: Mutex::new(state),
+            bell,
+            local,
+            max_frame: config.max_frame,
+            close_timeout: config.close_timeout,
+        })
+    }
+
+    /// Binds with [`TcpConfig::loopback`] and these seeds: this host only.
+    ///
+    /// # Errors
+    /// As [`TcpMesh::bind`].
+    pub fn loopback(seeds: impl IntoIterator<Item = SocketAddr>) -> io::Result<Self> {
+        Self::bind(&TcpConfig {
+            seeds: seeds.into_iter().collect(),
+            ..TcpConfig::loopback()
+        })
+    }
+
+    /// A snapshot of the connections and counters.
+    pub fn stats(&self) -> TcpStats {
+        self.lock().stats()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every step leaves the state consistent, so a panic elsewhere cannot corrupt it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl Transport for TcpMesh {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn max_datagram_size(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Sends one frame to the member listening at `to`, dialling it if needed. Never waits:
+    /// the frame is written if the socket takes it, queued otherwise, and dropped (with `Ok`)
+    /// if the member's queue is full or its address is in reconnect backoff.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it never waits, so it completes at its first poll.
+    ///
+    /// # Errors
+    /// `InvalidInput` if `bytes` is longer than `max_frame`; `NotConnected` after `close`.
+    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.lock().send(to, bytes, Instant::now())
+    }
+
+    /// Sends one frame to every seed and every member with a connection, never to ourselves.
+    ///
+    /// # Cancel safety
+    /// As [`Transport::send_to`].
+    ///
+    /// # Errors
+    /// As [`Transport::send_to`].
+    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.lock().send_discovery(bytes, Instant::now())
+    }
+
+    /// Drives the mesh (accepts, connects, flushes, reads, timeouts) until a frame arrives.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: bytes read but not returned stay in the connection's buffer for the next
+    /// call.
+    ///
+    /// # Errors
+    /// `NotConnected` once the mesh is closed.
+    async fn recv(&self) -> io::Result<Datagram> {
+        loop {
+            // Listen first, then look: a ring between the two is not missed.
+            let listener = self.bell.listen();
+            let step = self.lock().drive(Instant::now());
+            match step {
+                Step::Datagram(datagram) => return Ok(datagram),
+                Step::Closed => return Err(closed()),
+                Step::Idle(None) => listener.await,
+                Step::Idle(Some(at)) => {
+                    select(listener, Timer::at(at)).await;
+                }
+            }
+        }
+    }
+
+    /// Stops accepting, sending and receiving, flushes queued frames (completing connects in
+    /// progress) for up to `close_timeout`, then sends FIN on every connection and closes it.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the mesh stays closed to sends and receives; its connections close
+    /// when the mesh is dropped (or when `close` is called again).
+    async fn close(&self) {
+        let deadline = Instant::now() + self.close_timeout;
+        if self.lock().begin_close() {
+            loop {
+                let listener = self.bell.listen();
+                if self.lock().flush_for_close() || Instant::now() >= deadline {
+                    break;
+                }
+                select(listener, Timer::at(deadline)).await;
+            }
+        }
+        self.lock().finish_close();
+        debug!(local = %self.local, "TCP mesh closed");
+    }
+}
+
+/// A random id of this mesh instance, so peers tell a restart at the same address apart.
+fn instance_id(local: SocketAddr) -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    if let Ok(since) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
+        hasher.write_u128(since.as_nanos());
+    }
+    hasher.write(local.to_string().as_bytes());
+    hasher.finish()
+}

@@ -1,0 +1,559 @@
+//! The mesh's state and the steps on it: accepting, dialling, sending, reading, timeouts. The
+//! handshake and duplicate resolution live in `handshake`, closing in `close`.
+//!
+//! All of it is synchronous and non-blocking, called with the mesh's lock held: by
+//! `send_to`/`send_discovery` for sends, by `recv` ([`State::drive`]) for everything else, and
+//! by `close`. A socket that would block is registered with the reactor under its own waker,
+//! whose ring ([`Doorbell`]) tells the next `drive` which sockets to serve.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use async_io::Async;
+use conclave_lock_api::Datagram;
+use tracing::{debug, trace, warn};
+
+use crate::config::TcpConfig;
+use crate::conn::{Conn, Received, Sent};
+use crate::frame::Hello;
+use crate::peer::Peer;
+use crate::stats::TcpStats;
+use crate::wake::{Doorbell, Token, LISTENER};
+
+mod close;
+mod handshake;
+
+/// How long accepting pauses after an error such as running out of file descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// What one [`State::drive`] came to.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// A frame for the caller.
+    Datagram(Datagram),
+    /// Nothing now; drive again when the doorbell rings or at this deadline.
+    Idle(Option<Instant>),
+    /// The mesh is closed.
+    Closed,
+}
+
+/// Everything behind the mesh's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    config: TcpConfig,
+    local: SocketAddr,
+    /// Our hello frame, queued first on every connection.
+    hello: Vec<u8>,
+    bell: Arc<Doorbell>,
+    listener: Option<Async<TcpListener>>,
+    listener_waker: Waker,
+    listener_scheduled: bool,
+    accept_paused_until: Option<Instant>,
+    conns: BTreeMap<Token, Conn>,
+    peers: HashMap<SocketAddr, Peer>,
+    /// Sockets to serve, each at most once (see [`Conn::scheduled`]).
+    work: VecDeque<Token>,
+    next_token: Token,
+    /// The earliest deadline of any connection or of the accept pause (may be stale-early).
+    next_deadline: Option<Instant>,
+    /// Frames sent to our own address, and their bytes.
+    to_self: VecDeque<Vec<u8>>,
+    to_self_bytes: usize,
+    closing: bool,
+    stats: TcpStats,
+}
+
+impl State {
+    /// The state of a mesh listening on `listener` at `local`.
+    pub(crate) fn new(
+        config: TcpConfig,
+        listener: Async<TcpListener>,
+        local: SocketAddr,
+        instance: u64,
+        bell: Arc<Doorbell>,
+    ) -> Self {
+        let hello = Hello {
+            instance,
+            addr: local,
+        }
+        .encode();
+        Self {
+            config,
+            local,
+            hello,
+            listener_waker: bell.waker(LISTENER),
+            bell,
+            listener: Some(listener),
+            // Accept whatever queued up before the first drive.
+            listener_scheduled: true,
+            accept_paused_until: None,
+            conns: BTreeMap::new(),
+            peers: HashMap::new(),
+            work: VecDeque::from([LISTENER]),
+            next_token: LISTENER + 1,
+            next_deadline: None,
+            to_self: VecDeque::new(),
+            to_self_bytes: 0,
+            closing: false,
+            stats: TcpStats::default(),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> TcpStats {
+        TcpStats {
+            connections: self.conns.len(),
+            peers: self
+                .peers
+                .values()
+                .filter_map(|p| self.conns.get(&p.conn?))
+                .filter(|c| c.hello.is_some() && !c.draining)
+                .count(),
+            queued_bytes: self.conns.values().map(|c| c.queue.bytes()).sum(),
+            ..self.stats
+        }
+    }
+
+    /// Sends one frame to the member listening at `to` (see `Transport::send_to`).
+    ///
+    /// # Errors
+    /// `InvalidInput` if `payload` is longer than `max_frame`; `NotConnected` once closing.
+    pub(crate) fn send(&mut self, to: SocketAddr, payload: &[u8], now: Instant) -> io::Result<()> {
+        if payload.len() > self.config.max_frame {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "frame of {} bytes exceeds max_frame {}",
+                    payload.len(),
+                    self.config.max_frame
+                ),
+            ));
+        }
+        if self.closing {
+            return Err(closed());
+        }
+        if to == self.local {
+            self.send_to_self(payload);
+            return Ok(());
+        }
+        let token = match self.peers.get(&to).and_then(|p| p.conn) {
+            Some(token) => token,
+            None => match self.dial(to, now) {
+                Some(token) => token,
+                None => {
+                    self.stats.dropped_unreachable += 1;
+                    trace!(%to, "frame dropped: member unreachable or in backoff");
+                    return Ok(());
+                }
+            },
+        };
+        let bound = self.config.send_queue_bytes;
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
+        match conn.send(payload, bound) {
+            Ok(Sent::Full) => {
+                self.stats.dropped_queue_full += 1;
+                trace!(%to, "frame dropped: send queue full");
+            }
+            Ok(sent) => {
+                self.stats.frames_sent += 1;
+                self.stats.peak_queue_bytes = self.stats.peak_queue_bytes.max(conn.queue.bytes());
+                if sent == Sent::QueuedFirst {
+                    // Only a driver flushes: tell it there is something to flush.
+                    self.bell.ring(token);
+                }
+            }
+            Err(error) => {
+                self.stats.dropped_in_flight += 1;
+                self.lost(token, now, &error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one frame to every seed and every member with a connection, but not to us.
+    ///
+    /// # Errors
+    /// As [`State::send`].
+    pub(crate) fn send_discovery(&mut self, payload: &[u8], now: Instant) -> io::Result<()> {
+        let mut targets: BTreeSet<SocketAddr> = self.config.seeds.iter().copied().collect();
+        targets.extend(
+            self.peers
+                .iter()
+                .filter(|(_, p)| p.conn.is_some())
+                .map(|(addr, _)| *addr),
+        );
+        targets.remove(&self.local);
+        for to in targets {
+            self.send(to, payload, now)?;
+        }
+        Ok(())
+    }
+
+    /// Does all the I/O that is ready: accepts, completes connects, flushes, reads, enforces
+    /// deadlines; returns the first whole frame. Frames not returned stay in their
+    /// connection's buffer, so dropping the caller between two drives loses nothing.
+    pub(crate) fn drive(&mut self, now: Instant) -> Step {
+        if self.closing {
+            return Step::Closed;
+        }
+        if let Some(bytes) = self.to_self.pop_front() {
+            self.to_self_bytes -= bytes.len();
+            self.stats.frames_received += 1;
+            return Step::Datagram(Datagram {
+                from: self.local,
+                bytes,
+            });
+        }
+        for token in self.bell.take() {
+            self.schedule(token);
+        }
+        if self.next_deadline.is_some_and(|at| at <= now) {
+            self.expire(now);
+        }
+        while let Some(token) = self.work.pop_front() {
+            if token == LISTENER {
+                self.listener_scheduled = false;
+                self.accept(now);
+                continue;
+            }
+            let Some(conn) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            conn.scheduled = false;
+            if let Some(datagram) = self.serve(token, now) {
+                return Step::Datagram(datagram);
+            }
+        }
+        Step::Idle(self.next_deadline)
+    }
+
+    fn send_to_self(&mut self, payload: &[u8]) {
+        if self.to_self_bytes + payload.len() > self.config.send_queue_bytes {
+            self.stats.dropped_queue_full += 1;
+            return;
+        }
+        self.to_self_bytes += payload.len();
+        self.to_self.push_back(payload.to_vec());
+        self.stats.frames_sent += 1;
+        self.bell.notify();
+    }
+
+    /// Opens a connection to `addr` and registers it, unless the address is in backoff or
+    /// the connection limit is reached.
+    fn dial(&mut self, addr: SocketAddr, now: Instant) -> Option<Token> {
+        if self.peers.len() > 4 * self.config.max_connections {
+            let max = self.config.reconnect_backoff_max;
+            self.peers.retain(|_, p| !p.is_stale(now, max));
+        }
+        if self.peers.get(&addr).is_some_and(|p| p.in_backoff(now)) {
+            return None;
+        }
+        if self.conns.len() >= self.config.max_connections {
+            debug!(%addr, "not dialling: max_connections reached");
+            return None;
+        }
+        let token = self.token();
+        let waker = self.bell.waker(token);
+        let deadline = now + self.config.connect_timeout;
+        let mut conn = Conn::dial(addr, waker.clone(), self.hello.clone(), deadline);
+        self.stats.connect_attempts += 1;
+        // The first poll starts the connect; the reactor rings the token when it completes.
+        match conn.poll_dial(&mut Context::from_waker(&waker)) {
+            Poll::Pending => {}
+            Poll::Ready(Ok(())) => {
+                conn.deadline = Some(now + self.config.handshake_timeout);
+                self.bell.ring(token);
+            }
+            Poll::Ready(Err(error)) => {
+                debug!(%addr, %error, "connect failed");
+                self.stats.connect_failures += 1;
+                self.backoff(addr, now);
+                return None;
+            }
+        }
+        debug!(%addr, "dialling");
+        self.note_deadline(conn.deadline);
+        self.conns.insert(token, conn);
+        self.peers.entry(addr).or_default().conn = Some(token);
+        Some(token)
+    }
+
+    /// Accepts waiting connections until the listener would block.
+    fn accept(&mut self, now: Instant) {
+        if self.accept_paused_until.is_some_and(|until| now < until) {
+            return;
+        }
+        self.accept_paused_until = None;
+        for _ in 0..64 {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.get_ref().accept() {
+                Ok((stream, from)) => self.admit(stream, from, now),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match listener.poll_readable(&mut Context::from_waker(&self.listener_waker)) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(error)) => {
+                            warn!(%error, "listener failed; pausing accepts");
+                            self.pause_accepts(now);
+                            return;
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionAborted | ErrorKind::Interrupted
+                    ) => {}
+                Err(error) => {
+                    warn!(%error, "accept failed; pausing accepts");
+                    self.pause_accepts(now);
+                    return;
+                }
+            }
+        }
+        // More may wait: serve the others first.
+        self.schedule(LISTENER);
+    }
+
+    fn pause_accepts(&mut self, now: Instant) {
+        let until = now + ACCEPT_PAUSE;
+        self.accept_paused_until = Some(until);
+        self.note_deadline(Some(until));
+    }
+
+    /// Takes an accepted connection in, or refuses it at the connection limit.
+    fn admit(&mut self, stream: TcpStream, from: SocketAddr, now: Instant) {
+        if self.conns.len() >= self.config.max_connections {
+            self.stats.rejected += 1;
+            debug!(%from, "inbound connection refused: max_connections reached");
+            return;
+        }
+        let stream = match stream.set_nodelay(true).and_then(|()| Async::new(stream)) {
+            Ok(stream) => stream,
+            Err(error) => {
+                debug!(%from, %error, "inbound connection dropped");
+                return;
+            }
+        };
+        let token = self.token();
+        let deadline = now + self.config.handshake_timeout;
+        let conn = Conn::accepted(stream, self.bell.waker(token), self.hello.clone(), deadline);
+        trace!(%from, token, "accepted");
+        self.note_deadline(Some(deadline));
+        self.conns.insert(token, conn);
+        self.schedule(token);
+    }
+
+    /// Serves one connection: completes its connect, flushes, reads one frame.
+    fn serve(&mut self, token: Token, now: Instant) -> Option<Datagram> {
+        let max_frame = self.config.max_frame;
+        let conn = self.conns.get_mut(&token)?;
+        let waker = conn.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        if conn.is_dialing() {
+            match conn.poll_dial(&mut cx) {
+                Poll::Pending => return None,
+                Poll::Ready(Err(_)) if conn.draining => {
+                    self.conns.remove(&token);
+                    return None;
+                }
+                Poll::Ready(Err(error)) => {
+                    self.dial_failed(token, now, &error);
+                    return None;
+                }
+                Poll::Ready(Ok(())) if conn.draining => {}
+                Poll::Ready(Ok(())) => {
+                    let deadline = now + self.config.handshake_timeout;
+                    conn.deadline = Some(deadline);
+                    self.note_deadline(Some(deadline));
+                }
+            }
+        }
+        let conn = self.conns.get_mut(&token)?;
+        match conn.flush(&mut cx) {
+            Ok(true) if conn.draining => conn.shutdown_write(),
+            Ok(_) => {}
+            Err(error) => {
+                self.lost(token, now, &error);
+                return None;
+            }
+        }
+        loop {
+            let conn = self.conns.get_mut(&token)?;
+            match conn.read_frame(&mut cx, max_frame) {
+                Ok(Received::Frame(payload)) => match conn.hello {
+                    Some(hello) => {
+                        self.stats.frames_received += 1;
+                        self.schedule(token);
+                        return Some(Datagram {
+                            from: hello.addr,
+                            bytes: payload,
+                        });
+                    }
+                    None => self.greet(token, &payload, now),
+                },
+                Ok(Received::Blocked) => return None,
+                Ok(Received::Eof) if conn.draining => {
+                    if conn.write_shut {
+                        trace!(token, "duplicate connection wound down");
+                        self.conns.remove(&token);
+                    }
+                    return None;
+                }
+                Ok(Received::Eof) => {
+                    let error = io::Error::from(ErrorKind::UnexpectedEof);
+                    self.lost(token, now, &error);
+                    return None;
+                }
+                Ok(Received::TooLong(len)) => {
+                    self.violation(token, now, &format!("length prefix of {len} bytes"));
+                    return None;
+                }
+                Err(error) => {
+                    self.lost(token, now, &error);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// A connect failed: the address goes into backoff.
+    fn dial_failed(&mut self, token: Token, now: Instant, error: &io::Error) {
+        let Some(conn) = self.remove(token) else {
+            return;
+        };
+        self.stats.connect_failures += 1;
+        if let Some(addr) = conn.key {
+            debug!(%addr, %error, "connect failed");
+            self.backoff(addr, now);
+        }
+    }
+
+    /// A connection broke or the peer hung up.
+    fn lost(&mut self, token: Token, now: Instant, error: &io::Error) {
+        let Some(conn) = self.remove(token) else {
+            return;
+        };
+        if conn.hello.is_some() {
+            debug!(peer = ?conn.key, %error, "connection closed");
+            return;
+        }
+        self.stats.handshake_failures += 1;
+        debug!(peer = ?conn.key, %error, "connection closed before its hello");
+        if let (true, Some(addr)) = (conn.outbound, conn.key) {
+            self.backoff(addr, now);
+        }
+    }
+
+    /// A peer broke the format: its connection is closed at once.
+    fn violation(&mut self, token: Token, now: Instant, what: &str) {
+        let Some(conn) = self.remove(token) else {
+            return;
+        };
+        self.stats.violations += 1;
+        warn!(peer = ?conn.key, what, "protocol violation; connection closed");
+        if let (true, Some(addr)) = (conn.outbound, conn.key) {
+            self.backoff(addr, now);
+        }
+    }
+
+    fn backoff(&mut self, addr: SocketAddr, now: Instant) {
+        let (min, max) = (
+            self.config.reconnect_backoff_min,
+            self.config.reconnect_backoff_max,
+        );
+        self.peers.entry(addr).or_default().failed(now, min, max);
+    }
+
+    /// Closes connections past their deadline and recomputes the next deadline.
+    fn expire(&mut self, now: Instant) {
+        let due: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|at| at <= now))
+            .map(|(token, _)| *token)
+            .collect();
+        for token in due {
+            let Some(conn) = self.conns.get(&token) else {
+                continue;
+            };
+            if conn.draining {
+                trace!(token, "duplicate connection closed at its deadline");
+                self.remove(token);
+            } else if conn.is_dialing() {
+                self.dial_failed(token, now, &io::Error::from(ErrorKind::TimedOut));
+            } else if conn.hello.is_none() {
+                let error = io::Error::new(ErrorKind::TimedOut, "no hello in time");
+                self.lost(token, now, &error);
+            } else if let Some(conn) = self.conns.get_mut(&token) {
+                conn.deadline = None;
+            }
+        }
+        if self.accept_paused_until.is_some_and(|until| until <= now) {
+            self.schedule(LISTENER);
+        }
+        self.next_deadline = self
+            .conns
+            .values()
+            .filter_map(|c| c.deadline)
+            .chain(self.accept_paused_until)
+            .min();
+    }
+
+    /// Removes a connection (closing its socket once dropped), unregistering it from its
+    /// member; its queued frames count as lost.
+    fn remove(&mut self, token: Token) -> Option<Conn> {
+        let conn = self.conns.remove(&token)?;
+        if let Some(key) = conn.key {
+            if let Some(peer) = self.peers.get_mut(&key) {
+                if peer.conn == Some(token) {
+                    peer.conn = None;
+                }
+                if peer.is_idle() {
+                    self.peers.remove(&key);
+                }
+            }
+        }
+        self.stats.dropped_in_flight += conn.queue.data_frames() as u64;
+        Some(conn)
+    }
+
+    fn schedule(&mut self, token: Token) {
+        if token == LISTENER {
+            if !self.listener_scheduled && self.listener.is_some() {
+                self.listener_scheduled = true;
+                self.work.push_back(LISTENER);
+            }
+        } else if let Some(conn) = self.conns.get_mut(&token) {
+            if !conn.scheduled {
+                conn.scheduled = true;
+                self.work.push_back(token);
+            }
+        }
+    }
+
+    fn note_deadline(&mut self, at: Option<Instant>) {
+        if let Some(at) = at {
+            self.next_deadline = Some(self.next_deadline.map_or(at, |d| d.min(at)));
+        }
+    }
+
+    fn token(&mut self) -> Token {
+        let token = self.next_token;
+        self.next_token += 1;
+        token
+    }
+}
+
+/// The error of operations on a closed mesh.
+pub(crate) fn closed() -> io::Error {
+    io::Error::new(ErrorKind::NotConnected, "the TCP mesh is closed")
+}

@@ -4,7 +4,8 @@
 //! no other process of the cluster holds that lock until the guard drops. This crate is the
 //! front end: [`Node`], [`DistributedMutex`], [`ReentrantLock`], [`RwLock`], their guards, and
 //! the driver that runs [`conclave_protocol`] over a membership backend ([`api::Transport`]):
-//! the in-memory [`memory`] transport, always available, or `udp` (feature `udp-multicast`).
+//! the in-memory [`memory`] transport, always available, `udp` (feature `udp-multicast`, the
+//! default) or `tcp` (feature `tcp-mesh`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -97,6 +98,11 @@ pub use conclave_protocol::EndpointConfig;
 /// datagrams, on loopback with TTL 0 unless configured otherwise.
 #[cfg(feature = "udp-multicast")]
 pub use conclave_udp as udp;
+
+/// The TCP mesh backend (feature `tcp-mesh`): members find each other from a seed list and
+/// keep one connection per pair; for networks without multicast. See [`tcp::TcpMesh`].
+#[cfg(feature = "tcp-mesh")]
+pub use conclave_tcp as tcp;
 pub use error::{NodeError, UnlockError};
 pub use hold::{LockStatus, Lost, Unlock};
 pub use mutex::{DistributedMutex, Lock, MutexGuard};

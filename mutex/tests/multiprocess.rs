@@ -1,22 +1,27 @@
-//! The real multi-process suite over UDP: each member is a `conclave-node` process (see
-//! `src/bin/conclave-node.rs`) driven through its stdin and stdout.
+//! The real multi-process suite, once over each backend (modules `udp` and `tcp`): each member
+//! is a `conclave-node` process (see `src/bin/conclave-node.rs`) driven through its stdin and
+//! stdout.
 //!
-//! Everything stays on loopback: unicast on 127.0.0.1, multicast discovery on interface
-//! 127.0.0.1 with TTL 0, on a group and port derived from this test process's id and the test,
-//! so parallel tests and parallel runs do not meet. Every child is killed by its own PID when
-//! its [`Member`] guard drops, also when the test fails; every wait is bounded.
+//! Everything stays on loopback. Over UDP: unicast on 127.0.0.1, multicast discovery on
+//! interface 127.0.0.1 with TTL 0, on a group and port derived from this test process's id and
+//! the test, so parallel tests and parallel runs do not meet. Over TCP: listeners on 127.0.0.1
+//! with ephemeral ports; the first member founds the cluster and the others get the live
+//! members as seeds. Every child is killed by its own PID when its [`Member`] guard drops, also
+//! when the test fails; every wait is bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use conclave::api::wire::{self, ClusterId, Discovery, Frame, Packet};
+use conclave::api::Transport;
+use conclave::tcp::TcpMesh;
 use conclave::{MemberId, View};
 
 /// The bound on any single wait for a child's answer.
@@ -25,22 +30,48 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The node binary under test.
 const NODE: &str = env!("CARGO_BIN_EXE_conclave-node");
 
-#[test]
-fn three_processes_form_one_view() {
-    let mut cluster = Cluster::new("view3", 0);
+/// Which transport the members use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Udp,
+    Tcp,
+}
+
+/// Every test of the suite, once per backend: `udp::<test>` and `tcp::<test>`.
+macro_rules! over_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod udp {
+            $(#[test] fn $test() { super::$test(super::Backend::Udp) })*
+        }
+        mod tcp {
+            $(#[test] fn $test() { super::$test(super::Backend::Tcp) })*
+        }
+    };
+}
+
+over_both_backends!(
+    three_processes_form_one_view,
+    five_processes_form_one_view,
+    processes_exclude_each_other_on_a_shared_counter,
+    survivors_of_a_killed_coordinator_keep_their_locks_and_serve_its_waiters,
+    a_killed_coordinator_under_the_majority_policy,
+    a_killed_member_restarts_and_rejoins_as_a_new_member,
+    garbage_and_foreign_traffic_is_ignored,
+);
+
+fn three_processes_form_one_view(backend: Backend) {
+    let mut cluster = Cluster::new("view3", 0, backend);
     cluster.start_all(&["a", "b", "c"]);
 }
 
-#[test]
-fn five_processes_form_one_view() {
-    let mut cluster = Cluster::new("view5", 1);
+fn five_processes_form_one_view(backend: Backend) {
+    let mut cluster = Cluster::new("view5", 1, backend);
     cluster.start_all(&["a", "b", "c", "d", "e"]);
 }
 
-#[test]
-fn processes_exclude_each_other_on_a_shared_counter() {
+fn processes_exclude_each_other_on_a_shared_counter(backend: Backend) {
     const ROUNDS: u64 = 20;
-    let mut cluster = Cluster::new("mutex", 2);
+    let mut cluster = Cluster::new("mutex", 2, backend);
     cluster.start_all(&["a", "b", "c"]);
     let counter = cluster.dir.join("counter");
     for member in &mut cluster.members {
@@ -56,15 +87,13 @@ fn processes_exclude_each_other_on_a_shared_counter() {
     check_log(&counter, expected, &["a", "b", "c"]);
 }
 
-#[test]
-fn survivors_of_a_killed_coordinator_keep_their_locks_and_serve_its_waiters() {
-    coordinator_killed(Cluster::new("kill", 3));
+fn survivors_of_a_killed_coordinator_keep_their_locks_and_serve_its_waiters(backend: Backend) {
+    coordinator_killed(Cluster::new("kill", 3, backend));
 }
 
-#[test]
-fn a_killed_coordinator_under_the_majority_policy() {
+fn a_killed_coordinator_under_the_majority_policy(backend: Backend) {
     // The dead member's lock is re-granted only after its lease has run out.
-    let mut cluster = Cluster::new("kill-majority", 6);
+    let mut cluster = Cluster::new("kill-majority", 6, backend);
     cluster.majority = Some(3);
     coordinator_killed(cluster);
 }
@@ -134,9 +163,8 @@ fn coordinator_killed(mut cluster: Cluster) {
     assert!(!cluster.members[next].saw_prefix("LOST "));
 }
 
-#[test]
-fn a_killed_member_restarts_and_rejoins_as_a_new_member() {
-    let mut cluster = Cluster::new("restart", 4);
+fn a_killed_member_restarts_and_rejoins_as_a_new_member(backend: Backend) {
+    let mut cluster = Cluster::new("restart", 4, backend);
     let view = cluster.start_all(&["a", "b", "c"]);
     let victim = cluster.index_of(&view[1]);
     let old = cluster.members[victim].id.clone();
@@ -160,57 +188,18 @@ fn a_killed_member_restarts_and_rejoins_as_a_new_member() {
     cluster.members[other].expect("busy", |l| l == "BUSY after-restart");
 }
 
-#[test]
-fn garbage_and_foreign_datagrams_are_ignored() {
+fn garbage_and_foreign_traffic_is_ignored(backend: Backend) {
     const ROUNDS: u64 = 10;
-    let mut cluster = Cluster::new("garbage", 5);
+    let mut cluster = Cluster::new("garbage", 5, backend);
     let before = cluster.start_all(&["a", "b", "c"]);
     let counter = cluster.dir.join("counter");
     for i in [0, 1] {
         cluster.members[i].send(&format!("incr {} counter {ROUNDS}", counter.display()));
     }
-
-    // A listener on the group proves the noise reaches it over loopback.
-    let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    listener.set_reuse_address(true).unwrap();
-    listener.set_reuse_port(true).unwrap();
-    listener
-        .bind(&SocketAddr::from((cluster.group, cluster.port)).into())
-        .unwrap();
-    listener
-        .join_multicast_v4(&cluster.group, &Ipv4Addr::LOCALHOST)
-        .unwrap();
-    let listener = UdpSocket::from(listener);
-    listener
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let sock = socket2::SockRef::from(&socket);
-    sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).unwrap();
-    socket.set_multicast_ttl_v4(0).unwrap();
-    socket.set_multicast_loop_v4(true).unwrap();
-    let mut targets: Vec<SocketAddr> = cluster.members.iter().map(|m| m.addr).collect();
-    targets.push(SocketAddr::from((cluster.group, cluster.port)));
-    let datagrams = hostile_datagrams(&cluster.name);
-    for round in 0..3 {
-        for bytes in &datagrams {
-            for to in &targets {
-                // A send may fail with ENOBUFS under load; that only means fewer datagrams.
-                let _ = socket.send_to(bytes, to);
-            }
-        }
-        if round == 0 {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    match backend {
+        Backend::Udp => udp_noise(&cluster),
+        Backend::Tcp => tcp_noise(&cluster),
     }
-
-    let mut heard = 0;
-    let mut buf = vec![0; 65_536];
-    while let Ok((_, from)) = listener.recv_from(&mut buf) {
-        heard += usize::from(from == socket.local_addr().unwrap());
-    }
-    assert!(heard > 0, "the noise did not reach the group");
 
     // Bad commands are answered with errors, and the node goes on.
     let long = "x".repeat(5_000);
@@ -258,6 +247,113 @@ fn garbage_and_foreign_datagrams_are_ignored() {
         before.iter().collect::<BTreeSet<_>>(),
         after.iter().collect::<BTreeSet<_>>()
     );
+}
+
+/// Hostile datagrams to every member and to the discovery group, from a socket of no member.
+fn udp_noise(cluster: &Cluster) {
+    // A listener on the group proves the noise reaches it over loopback.
+    let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    listener.set_reuse_address(true).unwrap();
+    listener.set_reuse_port(true).unwrap();
+    listener
+        .bind(&SocketAddr::from((cluster.group, cluster.port)).into())
+        .unwrap();
+    listener
+        .join_multicast_v4(&cluster.group, &Ipv4Addr::LOCALHOST)
+        .unwrap();
+    let listener = UdpSocket::from(listener);
+    listener
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sock = socket2::SockRef::from(&socket);
+    sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).unwrap();
+    socket.set_multicast_ttl_v4(0).unwrap();
+    socket.set_multicast_loop_v4(true).unwrap();
+    let mut targets: Vec<SocketAddr> = cluster.members.iter().map(|m| m.addr).collect();
+    targets.push(SocketAddr::from((cluster.group, cluster.port)));
+    let datagrams = hostile_datagrams(&cluster.name);
+    for round in 0..3 {
+        for bytes in &datagrams {
+            for to in &targets {
+                // A send may fail with ENOBUFS under load; that only means fewer datagrams.
+                let _ = socket.send_to(bytes, to);
+            }
+        }
+        if round == 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    let mut heard = 0;
+    let mut buf = vec![0; 65_536];
+    while let Ok((_, from)) = listener.recv_from(&mut buf) {
+        heard += usize::from(from == socket.local_addr().unwrap());
+    }
+    assert!(heard > 0, "the noise did not reach the group");
+}
+
+/// Hostile traffic to every member's TCP port: connections that break the framing (junk, a
+/// 4 GiB length prefix, an oversized frame after a valid hello), each of which the member must
+/// close; then well-framed hostile datagrams from a peer that speaks the TCP handshake.
+fn tcp_noise(cluster: &Cluster) {
+    let targets: Vec<SocketAddr> = cluster.members.iter().map(|m| m.addr).collect();
+    let mut hello_from_nobody = Vec::new();
+    hello_from_nobody.extend_from_slice(b"CNCL");
+    hello_from_nobody.push(1); // handshake version
+    hello_from_nobody.extend_from_slice(&7u64.to_be_bytes()); // instance id
+    hello_from_nobody.push(4);
+    hello_from_nobody.extend_from_slice(&[127, 0, 0, 1]);
+    hello_from_nobody.extend_from_slice(&9u16.to_be_bytes());
+    let mut framed_hello = (hello_from_nobody.len() as u32).to_be_bytes().to_vec();
+    framed_hello.extend_from_slice(&hello_from_nobody);
+    let mut oversized_after_hello = framed_hello.clone();
+    oversized_after_hello.extend_from_slice(&u32::MAX.to_be_bytes());
+    let breaking: [&[u8]; 4] = [
+        b"GET / HTTP/1.1\r\nHost: conclave\r\n\r\n",
+        &u32::MAX.to_be_bytes(),
+        b"CNCL\x01 not a hello at all",
+        &oversized_after_hello,
+    ];
+    for to in &targets {
+        for bytes in breaking {
+            let mut stream = TcpStream::connect_timeout(to, WAIT).unwrap();
+            stream.set_write_timeout(Some(WAIT)).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            // The member may close before all is written: that is the point.
+            let _ = stream.write_all(bytes);
+            let mut sink = Vec::new();
+            match stream.read_to_end(&mut sink) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+                Err(e) => panic!("{to} kept a connection that sent {bytes:?} open: {e}"),
+            }
+        }
+        // A connection that hangs up at once.
+        drop(TcpStream::connect_timeout(to, WAIT).unwrap());
+    }
+
+    // A peer that completes the handshake and sends garbage, truncated and foreign packets.
+    let datagrams = hostile_datagrams(&cluster.name);
+    async_io::block_on(async {
+        let mesh = TcpMesh::loopback([]).unwrap();
+        for bytes in datagrams.iter().filter(|d| !d.is_empty() && d.len() <= 60_000) {
+            for to in &targets {
+                mesh.send_to(*to, bytes).await.unwrap();
+            }
+        }
+        // Drive the mesh (it has no thread of its own) until everything was written.
+        let deadline = Instant::now() + WAIT;
+        while mesh.stats().queued_bytes > 0 || mesh.stats().connections < targets.len() {
+            assert!(Instant::now() < deadline, "the noise was not sent: {:?}", mesh.stats());
+            let recv = std::pin::pin!(mesh.recv());
+            let tick = async_io::Timer::after(Duration::from_millis(10));
+            futures::future::select(recv, tick).await;
+        }
+        assert!(mesh.stats().frames_sent >= targets.len() as u64);
+        mesh.close().await;
+    });
 }
 
 /// Datagrams a hostile or confused sender might send: random bytes, our header followed by
@@ -369,9 +465,11 @@ fn member_name(id: &str) -> &str {
     id.split('#').next().unwrap_or("")
 }
 
-/// One test's cluster: its name, discovery group and port, scratch directory and members.
+/// One test's cluster: its name, backend, discovery group and port (UDP), scratch directory
+/// and members.
 struct Cluster {
     name: String,
+    backend: Backend,
     port: u16,
     group: Ipv4Addr,
     dir: PathBuf,
@@ -382,16 +480,19 @@ struct Cluster {
 
 impl Cluster {
     /// A cluster for test number `test` (below 8) of this process.
-    fn new(test: &str, index: u8) -> Self {
+    fn new(test: &str, index: u8, backend: Backend) -> Self {
         assert!(index < 8);
         let pid = std::process::id();
         let port = 20_000 + (pid % 5_000) as u16 * 8 + u16::from(index);
         let group = Ipv4Addr::new(239, 200 + index, (pid >> 8) as u8, pid as u8);
+        let kind = format!("{backend:?}").to_lowercase();
+        let test = format!("{test}-{kind}");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("multiprocess-{pid}-{test}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Self {
             name: format!("conclave-mp-{test}-{pid}"),
+            backend,
             port,
             group,
             dir,
@@ -400,28 +501,51 @@ impl Cluster {
         }
     }
 
+    /// Starts a member: over UDP it finds the others by multicast; over TCP it gets every
+    /// live member it knows the address of as a seed (none: it founds the cluster).
     fn spawn(&self, name: &str) -> Member {
-        let mut args = vec![
-            self.name.clone(),
-            name.to_owned(),
-            self.port.to_string(),
-            self.group.to_string(),
-        ];
+        let mut args = vec![self.name.clone(), name.to_owned()];
+        match self.backend {
+            Backend::Udp => {
+                args.extend(["udp".to_owned(), self.port.to_string()]);
+                args.push(self.group.to_string());
+            }
+            Backend::Tcp => {
+                args.push("tcp".to_owned());
+                args.extend(self.seeds().map(|seed| seed.to_string()));
+            }
+        }
         if let Some(n) = self.majority {
             args.extend(["--majority".to_owned(), n.to_string()]);
         }
         Member::spawn(name, &args)
     }
 
-    /// Starts one process per name, all at once, and waits until they agree on one view of
-    /// exactly them; returns it (member tokens, coordinator first).
+    /// The addresses of the members that are running and ready.
+    fn seeds(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.members.iter().filter(|m| m.alive && !m.id.is_empty()).map(|m| m.addr)
+    }
+
+    /// Starts one process per name and waits until they agree on one view of exactly them;
+    /// returns it (member tokens, coordinator first). Over UDP all start at once; over TCP
+    /// the first starts alone (it is everyone's seed), then the others at once.
     fn start_all(&mut self, names: &[&str]) -> Vec<String> {
+        let mut names = names.iter();
+        if self.backend == Backend::Tcp && self.seeds().next().is_none() {
+            if let Some(first) = names.next() {
+                let mut member = self.spawn(first);
+                member.ready();
+                self.members.push(member);
+            }
+        }
         for name in names {
             let member = self.spawn(name);
             self.members.push(member);
         }
         for member in &mut self.members {
-            member.ready();
+            if member.id.is_empty() {
+                member.ready();
+            }
         }
         let all: Vec<usize> = (0..self.members.len()).collect();
         self.agree(&all)
@@ -505,6 +629,8 @@ struct Member {
     addr: SocketAddr,
     /// The last view the child reported: epoch and member tokens.
     view: Option<(u64, Vec<String>)>,
+    /// Not killed yet.
+    alive: bool,
 }
 
 impl Member {
@@ -529,6 +655,7 @@ impl Member {
             id: String::new(),
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             view: None,
+            alive: true,
         }
     }
 
@@ -622,6 +749,7 @@ impl Member {
 
     /// `kill -9` of the child, by its PID, and reaping it.
     fn kill(&mut self) {
+        self.alive = false;
         self.stdin = None;
         let _ = self.child.kill();
         let deadline = Instant::now() + Duration::from_secs(10);

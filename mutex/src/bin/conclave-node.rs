@@ -1,16 +1,19 @@
-//! `conclave-node`: one member of a Conclave cluster over UDP on loopback, driven by line
-//! commands on stdin and reporting machine-readable lines on stdout. The multi-process tests
-//! (`mutex/tests/multiprocess.rs`) run several of these.
+//! `conclave-node`: one member of a Conclave cluster on loopback, over UDP or TCP, driven by
+//! line commands on stdin and reporting machine-readable lines on stdout. The multi-process
+//! tests (`mutex/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> <discovery-port> <group> [--majority N]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N]
 //! ```
 //!
-//! The node binds its unicast socket on 127.0.0.1, discovers its peers on the multicast
-//! `group:discovery-port` over the loopback interface with TTL 0 (nothing leaves the host)
-//! and uses the fast one-host timings ([`EndpointConfig::local`]). `--majority N` selects the
-//! `Majority { cluster_size: N }` partition policy. The member name is 1 to 64 characters of
-//! `[A-Za-z0-9_.-]`.
+//! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
+//! multicast `group:discovery-port` over the loopback interface with TTL 0 (nothing leaves the
+//! host). Over `tcp`, it listens on 127.0.0.1 with an ephemeral port (printed in `READY`) and
+//! discovers its peers through the seed addresses, which must be loopback addresses; with no
+//! seeds it founds the cluster. Either way it uses the fast one-host timings
+//! ([`EndpointConfig::local`]). `--majority N` selects the `Majority { cluster_size: N }`
+//! partition policy. The member name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
 //!
@@ -34,13 +37,14 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::future::Future;
 use std::io::{BufRead, Read, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::task::Poll;
 use std::time::Duration;
 
+use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{
     DistributedMutex, EndpointConfig, LockError, LockEvent, LockStatus, MemberId, MutexGuard, Node,
@@ -60,8 +64,11 @@ const MAX_INCR: u64 = 100_000;
 /// How long joining may take.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
-const USAGE: &str =
-    "usage: conclave-node <cluster> <member-name> <discovery-port> <group> [--majority N]";
+const USAGE: &str = "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
+       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N]";
+
+/// The most seed addresses accepted.
+const MAX_SEEDS: usize = 64;
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -84,9 +91,14 @@ fn main() -> ExitCode {
 struct Args {
     cluster: String,
     name: String,
-    port: u16,
-    group: Ipv4Addr,
+    backend: Backend,
     majority: Option<usize>,
+}
+
+/// Which transport, and where.
+enum Backend {
+    Udp { port: u16, group: Ipv4Addr },
+    Tcp { seeds: Vec<SocketAddr> },
 }
 
 impl Args {
@@ -101,14 +113,18 @@ impl Args {
                     return Err("--majority needs a cluster size of at least 1".into());
                 }
                 majority = Some(n);
-            } else if positional.len() < 4 {
+            } else if positional.len() < 3 + MAX_SEEDS {
                 positional.push(arg);
             } else {
                 return Err(format!("unexpected argument {arg:?}"));
             }
         }
-        let [cluster, name, port, group] =
-            <[String; 4]>::try_from(positional).map_err(|_| "missing arguments".to_owned())?;
+        let mut positional = positional.into_iter();
+        let (Some(cluster), Some(name), Some(kind)) =
+            (positional.next(), positional.next(), positional.next())
+        else {
+            return Err("missing arguments".to_owned());
+        };
         let name_ok = !name.is_empty()
             && name.len() <= MemberId::MAX_NAME_LEN
             && name
@@ -117,15 +133,35 @@ impl Args {
         if !name_ok {
             return Err(format!("invalid member name {name:?}"));
         }
-        let port = port
-            .parse()
-            .map_err(|e| format!("discovery port {port:?}: {e}"))?;
-        let group = group.parse().map_err(|e| format!("group {group:?}: {e}"))?;
+        let rest: Vec<String> = positional.collect();
+        let backend = match (kind.as_str(), rest.as_slice()) {
+            ("udp", [port, group]) => Backend::Udp {
+                port: port
+                    .parse()
+                    .map_err(|e| format!("discovery port {port:?}: {e}"))?,
+                group: group.parse().map_err(|e| format!("group {group:?}: {e}"))?,
+            },
+            ("udp", _) => return Err("udp needs <discovery-port> <group>".to_owned()),
+            ("tcp", seeds) => Backend::Tcp {
+                seeds: seeds
+                    .iter()
+                    .map(|seed| {
+                        let addr: SocketAddr =
+                            seed.parse().map_err(|e| format!("seed {seed:?}: {e}"))?;
+                        if addr.ip().is_loopback() {
+                            Ok(addr)
+                        } else {
+                            Err(format!("seed {addr} is not a loopback address"))
+                        }
+                    })
+                    .collect::<Result<_, String>>()?,
+            },
+            (other, _) => return Err(format!("unknown transport {other:?}; use udp or tcp")),
+        };
         Ok(Self {
             cluster,
             name,
-            port,
-            group,
+            backend,
             majority,
         })
     }
@@ -149,15 +185,22 @@ enum Input {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let config = UdpConfig {
-        group: args.group,
-        port: args.port,
-        ..UdpConfig::loopback()
+    let builder = Node::builder(args.cluster);
+    let builder = match args.backend {
+        Backend::Udp { port, group } => {
+            let config = UdpConfig {
+                group,
+                port,
+                ..UdpConfig::loopback()
+            };
+            builder.transport(UdpMulticast::bind(&config).map_err(|e| format!("bind: {e}"))?)
+        }
+        Backend::Tcp { seeds } => {
+            builder.transport(TcpMesh::loopback(seeds).map_err(|e| format!("bind: {e}"))?)
+        }
     };
-    let transport = UdpMulticast::bind(&config).map_err(|e| format!("bind: {e}"))?;
-    let mut builder = Node::builder(args.cluster)
+    let mut builder = builder
         .name(args.name)
-        .transport(transport)
         .config(EndpointConfig::local())
         .join_timeout(JOIN_TIMEOUT);
     if let Some(cluster_size) = args.majority {

@@ -1,11 +1,13 @@
 //! The real-socket benchmark: lock latency and throughput between OS processes on loopback,
-//! printed as a table next to the floor measured in the same run (a raw UDP ping-pong between
-//! two processes). This machine is shared and noisy: compare ratios within one run only.
+//! over the UDP or the TCP backend, printed as a table next to the floor measured in the same
+//! run (a raw ping-pong between two processes over the same kind of socket). This machine is
+//! shared and noisy: compare ratios within one run only.
 //!
-//! Run: `cargo run --release -p conclave --example bench -- udp`
+//! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`)
 //!
 //! Figures:
-//! - floor: round trip of a 100-byte datagram between two processes (p50, p99);
+//! - floor: round trip of a 100-byte message between two processes (p50, p99): a UDP
+//!   datagram, or a length-prefixed message on a TCP connection with `TCP_NODELAY`;
 //! - uncontended: `lock().await` from a member whose grantor is another process, the guard
 //!   dropped (released without waiting) before the next lock: latency p50/p99, pairs per second,
 //!   and the p50 as a ratio of the floor;
@@ -17,11 +19,12 @@
 //! Every child process is killed by its PID when the benchmark ends, also on error. Nothing
 //! leaves the host: sockets on 127.0.0.1, multicast with TTL 0.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{EndpointConfig, Node};
 
@@ -37,9 +40,9 @@ fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("child") => child(&args[1..]),
-        None | Some("udp") => smol::block_on(parent()),
-        Some("tcp") => Err("the TCP backend has not landed yet".into()),
-        Some(other) => Err(format!("unknown mode {other:?}; use `udp`").into()),
+        None | Some("udp") => smol::block_on(parent(Mode::Udp)),
+        Some("tcp") => smol::block_on(parent(Mode::Tcp)),
+        Some(other) => Err(format!("unknown mode {other:?}; use `udp` or `tcp`").into()),
     }
 }
 
@@ -95,25 +98,105 @@ impl Drop for Proc {
     }
 }
 
+/// Which backend the run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Udp,
+    Tcp,
+}
+
+/// How a member finds the cluster, as one command-line word: `udp:<discovery port>` or
+/// `tcp:<seed>,<seed>...` (no seeds: it founds the cluster).
+#[derive(Clone, Debug)]
+enum Net {
+    Udp(u16),
+    Tcp(Vec<SocketAddr>),
+}
+
+impl Net {
+    fn word(&self) -> String {
+        match self {
+            Net::Udp(port) => format!("udp:{port}"),
+            Net::Tcp(seeds) => {
+                let seeds: Vec<String> = seeds.iter().map(SocketAddr::to_string).collect();
+                format!("tcp:{}", seeds.join(","))
+            }
+        }
+    }
+
+    fn parse(word: &str) -> Result<Self, Error> {
+        if let Some(port) = word.strip_prefix("udp:") {
+            return Ok(Net::Udp(port.parse()?));
+        }
+        let seeds = word.strip_prefix("tcp:").ok_or("bad network word")?;
+        let seeds = seeds
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        Ok(Net::Tcp(seeds))
+    }
+}
+
 /// A UDP discovery port of this run alone.
 fn port() -> u16 {
     30_000 + (std::process::id() % 20_000) as u16
 }
 
-fn udp_config(port: u16) -> UdpConfig {
-    UdpConfig {
-        port,
-        ..UdpConfig::loopback()
-    }
+async fn join(name: &str, net: &Net) -> Result<Node, Error> {
+    let builder = Node::builder("bench").name(name);
+    let builder = match net {
+        Net::Udp(port) => builder.transport(UdpMulticast::bind(&UdpConfig {
+            port: *port,
+            ..UdpConfig::loopback()
+        })?),
+        Net::Tcp(seeds) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
+    };
+    Ok(builder.config(EndpointConfig::local()).join().await?)
 }
 
-async fn join(name: &str, port: u16) -> Result<Node, Error> {
-    Ok(Node::builder("bench")
-        .name(name)
-        .transport(UdpMulticast::bind(&udp_config(port))?)
-        .config(EndpointConfig::local())
-        .join()
-        .await?)
+/// The floor: a raw ping-pong between this process and a child, over the mode's socket kind.
+enum Floor {
+    Udp(UdpSocket, SocketAddr),
+    Tcp(TcpStream),
+}
+
+impl Floor {
+    fn connect(mode: Mode, pong: &mut Proc) -> Result<Self, Error> {
+        let addr: SocketAddr = pong.line()?.parse()?;
+        Ok(match mode {
+            Mode::Udp => {
+                let socket = UdpSocket::bind("127.0.0.1:0")?;
+                socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+                Floor::Udp(socket, addr)
+            }
+            Mode::Tcp => {
+                let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                Floor::Tcp(stream)
+            }
+        })
+    }
+
+    /// One round trip of a 100-byte message.
+    fn round_trip(&mut self) -> Result<Duration, Error> {
+        let mut message = [7u8; 104];
+        message[..4].copy_from_slice(&100u32.to_be_bytes());
+        let start = Instant::now();
+        match self {
+            Floor::Udp(socket, to) => {
+                let mut buf = [0u8; 256];
+                socket.send_to(&message[4..], *to)?;
+                socket.recv_from(&mut buf)?;
+            }
+            Floor::Tcp(stream) => {
+                stream.write_all(&message)?;
+                stream.read_exact(&mut message)?;
+            }
+        }
+        Ok(start.elapsed())
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -125,23 +208,34 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn parent() -> Result<(), Error> {
-    let port = port();
-    println!("conclave bench, udp mode, loopback; discovery port {port}");
+async fn parent(mode: Mode) -> Result<(), Error> {
+    let kind = format!("{mode:?}").to_uppercase();
+    match mode {
+        Mode::Udp => println!("conclave bench, udp mode, loopback; discovery port {}", port()),
+        Mode::Tcp => println!("conclave bench, tcp mode, loopback"),
+    }
 
     // The floor (a raw UDP ping-pong between two processes) and the uncontended lock (the
     // grantor is another process), measured in alternating rounds so that both see the same
     // machine: on a shared machine the floor alone drifts by several times between runs.
-    let mut pong = Proc::spawn(&["pong"])?;
-    let pong_addr: SocketAddr = pong.line()?.parse()?;
-    let socket = UdpSocket::bind("127.0.0.1:0")?;
-    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let payload = [7u8; 100];
-    let mut buf = [0u8; 256];
+    let mut pong = Proc::spawn(&["pong", &kind])?;
+    let mut floor = Floor::connect(mode, &mut pong)?;
 
-    let mut coordinator = Proc::spawn(&["member", "coordinator", &port.to_string()])?;
-    expect(&mut coordinator, "READY")?;
-    let node = join("bench", port).await?;
+    // The coordinator starts first; over TCP it is everyone's seed.
+    let first = match mode {
+        Mode::Udp => Net::Udp(port()),
+        Mode::Tcp => Net::Tcp(Vec::new()),
+    };
+    let mut coordinator = Proc::spawn(&["member", "coordinator", &first.word()])?;
+    let ready = coordinator.line()?;
+    let net = match mode {
+        Mode::Udp => first,
+        Mode::Tcp => Net::Tcp(vec![ready
+            .strip_prefix("READY ")
+            .ok_or("no READY")?
+            .parse()?]),
+    };
+    let node = join("bench", &net).await?;
     let mutex = node.mutex("uncontended")?;
     for _ in 0..100 {
         drop(mutex.lock().await?); // warm-up
@@ -154,10 +248,7 @@ async fn parent() -> Result<(), Error> {
     for _ in 0..ROUNDS {
         let mut round_rtts = Vec::with_capacity(PINGS / ROUNDS);
         for _ in 0..PINGS / ROUNDS {
-            let start = Instant::now();
-            socket.send_to(&payload, pong_addr)?;
-            socket.recv_from(&mut buf)?;
-            round_rtts.push(start.elapsed());
+            round_rtts.push(floor.round_trip()?);
         }
         let mut round_locks = Vec::with_capacity(LOCKS / ROUNDS);
         let start = Instant::now();
@@ -177,6 +268,7 @@ async fn parent() -> Result<(), Error> {
         rtts.extend(round_rtts);
         latencies.extend(round_locks);
     }
+    drop(floor);
     drop(pong);
     rtts.sort();
     latencies.sort();
@@ -190,7 +282,7 @@ async fn parent() -> Result<(), Error> {
         let mut p = Proc::spawn(&[
             "hammer",
             &format!("h{i}"),
-            &port.to_string(),
+            &net.word(),
             &CONTENDED_FOR.as_millis().to_string(),
         ])?;
         expect(&mut p, "READY")?;
@@ -240,7 +332,7 @@ async fn parent() -> Result<(), Error> {
     println!("| figure | value |");
     println!("|---|---|");
     println!(
-        "| floor: raw UDP ping-pong between two processes, p50 / p99 | {:.1} µs / {:.1} µs |",
+        "| floor: raw {kind} ping-pong between two processes, p50 / p99 | {:.1} µs / {:.1} µs |",
         micros(floor),
         micros(percentile(&rtts, 0.99))
     );
@@ -281,7 +373,7 @@ fn expect(p: &mut Proc, word: &str) -> Result<(), Error> {
 fn child(args: &[String]) -> Result<(), Error> {
     let arg = |i: usize| args.get(i).map(String::as_str).ok_or("missing argument");
     match arg(0)? {
-        "pong" => {
+        "pong" if arg(1)? == "UDP" => {
             let socket = UdpSocket::bind("127.0.0.1:0")?;
             println!("{}", socket.local_addr()?);
             let mut buf = [0u8; 2048];
@@ -290,9 +382,20 @@ fn child(args: &[String]) -> Result<(), Error> {
                 socket.send_to(&buf[..len], from)?;
             }
         }
+        "pong" => {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            println!("{}", listener.local_addr()?);
+            let (mut stream, _) = listener.accept()?;
+            stream.set_nodelay(true)?;
+            let mut message = [0u8; 104];
+            loop {
+                stream.read_exact(&mut message)?;
+                stream.write_all(&message)?;
+            }
+        }
         "member" => smol::block_on(async {
-            let node = join(arg(1)?, arg(2)?.parse()?).await?;
-            println!("READY");
+            let node = join(arg(1)?, &Net::parse(arg(2)?)?).await?;
+            println!("READY {}", node.member_id().addr());
             let mut held = Vec::new();
             for line in std::io::stdin().lock().lines() {
                 let line = line?;
@@ -306,7 +409,7 @@ fn child(args: &[String]) -> Result<(), Error> {
             Ok(())
         }),
         "hammer" => smol::block_on(async {
-            let node = join(arg(1)?, arg(2)?.parse()?).await?;
+            let node = join(arg(1)?, &Net::parse(arg(2)?)?).await?;
             let run_for = Duration::from_millis(arg(3)?.parse()?);
             let hot = node.mutex("hot")?;
             println!("READY");

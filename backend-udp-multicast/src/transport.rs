@@ -32,6 +32,9 @@ pub struct UdpMulticast {
     local: SocketAddr,
     max_datagram: usize,
     scratch: Mutex<Vec<u8>>,
+    /// Wakes a thread blocked in [`BlockingRecv::recv_blocking`].
+    #[cfg(unix)]
+    doorbell: Doorbell,
 }
 
 impl UdpMulticast {
@@ -76,6 +79,8 @@ impl UdpMulticast {
             local,
             max_datagram: config.max_datagram,
             scratch: Mutex::new(vec![0; RECEIVE_BUFFER]),
+            #[cfg(unix)]
+            doorbell: Doorbell::new()?,
         })
     }
 
@@ -92,9 +97,8 @@ impl UdpMulticast {
         self.group
     }
 
-    /// Takes one datagram from either socket if one is waiting. An empty datagram (how
-    /// [`BlockingRecv::interrupt`] wakes a blocked receive) is consumed and reported as
-    /// `Some(None)`.
+    /// Takes one datagram from either socket if one is waiting. An empty datagram (no
+    /// Conclave datagram is empty) is consumed and reported as `Some(None)`.
     fn try_recv_any(&self) -> io::Result<Option<Option<Datagram>>> {
         for socket in [&self.unicast, &self.multicast] {
             if let Some(datagram) = self.try_recv(socket)? {
@@ -172,7 +176,7 @@ impl Transport for UdpMulticast {
 }
 
 /// The driver's thread waits in `poll(2)` on both sockets, so the kernel wakes it directly
-/// when a datagram arrives.
+/// when a datagram arrives; a pipe (the doorbell) in the same poll interrupts it.
 #[cfg(unix)]
 impl BlockingRecv for UdpMulticast {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
@@ -181,21 +185,67 @@ impl BlockingRecv for UdpMulticast {
         }
         // A timeout too long for a timespec waits without limit; callers loop anyway.
         let timeout = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        let readable = rustix::event::PollFlags::IN;
         let mut fds = [
-            rustix::event::PollFd::new(self.unicast.get_ref(), rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(self.multicast.get_ref(), rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(self.unicast.get_ref(), readable),
+            rustix::event::PollFd::new(self.multicast.get_ref(), readable),
+            rustix::event::PollFd::new(&self.doorbell.read, readable),
         ];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(errno) => return Err(errno.into()),
         }
+        if !fds[2].revents().is_empty() {
+            self.doorbell.answer();
+            return Ok(None);
+        }
+        Ok(self.try_recv_any()?.flatten())
+    }
+
+    fn try_recv(&self) -> io::Result<Option<Datagram>> {
         Ok(self.try_recv_any()?.flatten())
     }
 
     fn interrupt(&self) {
-        // An empty datagram to ourselves: it wakes the poll and is never delivered.
-        if let Err(error) = self.unicast.get_ref().send_to(&[], self.local) {
-            debug!(%error, "could not interrupt the blocking receive");
+        self.doorbell.ring();
+    }
+}
+
+/// A non-blocking pipe: a byte written wakes a `poll` on its read end.
+#[cfg(unix)]
+#[derive(Debug)]
+struct Doorbell {
+    read: rustix::fd::OwnedFd,
+    write: rustix::fd::OwnedFd,
+}
+
+#[cfg(unix)]
+impl Doorbell {
+    fn new() -> io::Result<Self> {
+        let (read, write) = rustix::pipe::pipe()?;
+        for fd in [&read, &write] {
+            rustix::io::ioctl_fionbio(fd, true)?;
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
+        }
+        Ok(Self { read, write })
+    }
+
+    /// Makes the read end readable (a full pipe already is).
+    fn ring(&self) {
+        if let Err(errno) = rustix::io::write(&self.write, &[1]) {
+            if errno != rustix::io::Errno::AGAIN {
+                debug!(%errno, "could not ring the doorbell");
+            }
+        }
+    }
+
+    /// Empties the pipe.
+    fn answer(&self) {
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
+            if n < buf.len() {
+                break;
+            }
         }
     }
 }

@@ -75,6 +75,15 @@ pub trait BlockingRecv: Send + Sync {
     /// An error of the sockets, other than an interrupted system call.
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>>;
 
+    /// The next datagram if one is waiting, without blocking. The driver takes every waiting
+    /// datagram before it answers, so answers to one member leave together.
+    ///
+    /// # Errors
+    /// As [`BlockingRecv::recv_blocking`].
+    fn try_recv(&self) -> io::Result<Option<Datagram>> {
+        self.recv_blocking(Some(Duration::ZERO))
+    }
+
     /// Makes the current call of [`BlockingRecv::recv_blocking`], or the next one if none is
     /// in progress, return promptly. Never blocks.
     fn interrupt(&self);

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, HeldLock,
     LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Segment, StreamAck,
-    HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
+    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -241,6 +242,7 @@ fn arb_frame() -> BoxedStrategy<Frame> {
         arb_discovery().prop_map(Frame::Discovery),
         arb_u64().prop_map(|epoch| Frame::Heartbeat { epoch }),
         arb_segment().prop_map(Frame::Data),
+        prop::collection::vec(arb_segment(), 0..4).prop_map(Frame::Bundle),
         arb_ack().prop_map(Frame::Ack),
     ]
     .boxed()
@@ -401,6 +403,7 @@ fn frame_kind(frame: &Frame) -> &'static str {
         Frame::Discovery(Discovery::Announce { .. }) => "Discovery::Announce",
         Frame::Heartbeat { .. } => "Heartbeat",
         Frame::Data(_) => "Data",
+        Frame::Bundle(_) => "Bundle",
         Frame::Ack(_) => "Ack",
     }
 }
@@ -439,7 +442,7 @@ fn sample<S: Strategy>(strategy: &S, n: usize) -> Vec<S::Value> {
 #[test]
 fn strategies_cover_every_variant() {
     let frames: HashSet<_> = sample(&arb_frame(), 100).iter().map(frame_kind).collect();
-    assert_eq!(frames.len(), 5, "frames generated: {frames:?}");
+    assert_eq!(frames.len(), 6, "frames generated: {frames:?}");
     let messages: HashSet<_> = sample(&arb_message(), 300)
         .iter()
         .map(message_kind)
@@ -570,6 +573,18 @@ proptest! {
         let n = segment.payload.0.len();
         let bytes = encode(cluster, &Packet { sender, frame: Frame::Data(segment) });
         prop_assert!(bytes.len() <= n + PACKET_OVERHEAD_MAX, "{} > {n} + {PACKET_OVERHEAD_MAX}", bytes.len());
+    }
+
+    #[test]
+    fn bundles_respect_the_overhead_bound(
+        cluster in arb_cluster(),
+        sender in arb_member_id(),
+        segments in prop::collection::vec(arb_segment(), 1..8),
+    ) {
+        let n: usize = segments.iter().map(|s| s.payload.0.len()).sum();
+        let bound = n + PACKET_OVERHEAD_MAX + (segments.len() - 1) * BUNDLED_SEGMENT_OVERHEAD_MAX;
+        let bytes = encode(cluster, &Packet { sender, frame: Frame::Bundle(segments) });
+        prop_assert!(bytes.len() <= bound, "{} > {bound}", bytes.len());
     }
 
     #[test]
@@ -1204,6 +1219,26 @@ fn overhead_bound_holds_for_the_largest_headers() {
                 "payload of {n} bytes encodes to {} > {n} + {PACKET_OVERHEAD_MAX}",
                 bytes.len()
             );
+            // The same segment bundled with copies of itself: each adds its payload and at
+            // most BUNDLED_SEGMENT_OVERHEAD_MAX.
+            let Frame::Data(segment) = &packet.frame else {
+                unreachable!()
+            };
+            if n <= 8_192 {
+                let copies = 3;
+                let bundle = Packet {
+                    sender: sender.clone(),
+                    frame: Frame::Bundle(vec![segment.clone(); copies]),
+                };
+                let bytes = wire::encode_packet(cluster, &bundle).unwrap();
+                let bound =
+                    copies * n + PACKET_OVERHEAD_MAX + (copies - 1) * BUNDLED_SEGMENT_OVERHEAD_MAX;
+                assert!(
+                    bytes.len() <= bound,
+                    "bundle of {copies} x {n}: {} > {bound}",
+                    bytes.len()
+                );
+            }
         }
     }
 }

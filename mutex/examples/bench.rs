@@ -211,7 +211,10 @@ fn micros(d: Duration) -> f64 {
 async fn parent(mode: Mode) -> Result<(), Error> {
     let kind = format!("{mode:?}").to_uppercase();
     match mode {
-        Mode::Udp => println!("conclave bench, udp mode, loopback; discovery port {}", port()),
+        Mode::Udp => println!(
+            "conclave bench, udp mode, loopback; discovery port {}",
+            port()
+        ),
         Mode::Tcp => println!("conclave bench, tcp mode, loopback"),
     }
 

@@ -6,7 +6,8 @@
 //! - **blocked in the transport** ([`Transport::blocking`], the UDP backend): the kernel
 //!   wakes this thread directly when a datagram arrives, as it would a plain blocking
 //!   `recv_from`; deadlines are the receive's timeout, and commands interrupt it. No other
-//!   thread is on the path from the socket to the protocol.
+//!   thread is on the path from the socket to the protocol. While a task spinning for its
+//!   answer holds the receive duty ([`crate::duty`]), the thread stands by (parked) instead.
 //! - **in the async-io reactor** (every other transport): [`async_io::block_on`] over the
 //!   transport's receive, one [`Timer`] re-armed to the endpoint's next deadline, and the
 //!   command channel. async-io has its own reactor, so this works next to any runtime.
@@ -16,6 +17,7 @@
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,9 @@ use crate::shared::{Command, Inner};
 /// How long the driver waits before receiving again after a transport error.
 const RECV_BACKOFF: Duration = Duration::from_millis(10);
 
+/// The most datagrams the driver takes in one go before it answers them.
+const BATCH: usize = 32;
+
 /// Starts the driver thread `conclave-<name>`; it joins the cluster at once.
 ///
 /// `leave_bound` caps how long a shutdown waits for the leave to be confirmed and every
@@ -41,6 +46,7 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("conclave-{}", inner.member.name());
     thread::Builder::new().name(name).spawn(move || {
+        inner.duty.set_driver(thread::current());
         let transport = inner.transport.clone();
         let mut driver = Driver {
             inner,
@@ -63,7 +69,8 @@ pub(crate) fn spawn(
 /// What the driver feeds the endpoint at the top of its loop.
 enum Input {
     Join,
-    Datagram(Vec<u8>),
+    /// Every datagram that was waiting (at most [`BATCH`]), oldest first.
+    Datagrams(Vec<Vec<u8>>),
     Timer,
     Shutdown,
     Nothing,
@@ -92,12 +99,33 @@ impl Driver {
                 Err(TryRecvError::Closed) => command_input(None),
                 Err(TryRecvError::Empty) => {
                     let now = Instant::now();
+                    let lent = match self.leaving_until {
+                        None => self.inner.duty.lent_until(now),
+                        Some(_) => None,
+                    };
                     match self.deadline {
                         Some(at) if at <= now => Input::Timer,
+                        deadline if lent.is_some() => {
+                            // A task spinning for its answer reads the transport: stand by
+                            // without polling the sockets (see `crate::duty`).
+                            let until = lent.unwrap_or(now);
+                            let wake_at = deadline.map_or(until, |at| at.min(until));
+                            thread::park_timeout(wake_at.saturating_duration_since(now));
+                            Input::Nothing
+                        }
                         deadline => {
                             let timeout = deadline.map(|at| at - now);
                             match transport.recv_blocking(timeout) {
-                                Ok(Some(datagram)) => received(datagram),
+                                Ok(Some(datagram)) => {
+                                    let mut batch = vec![received(datagram)];
+                                    while batch.len() < BATCH {
+                                        match transport.try_recv() {
+                                            Ok(Some(datagram)) => batch.push(received(datagram)),
+                                            Ok(None) | Err(_) => break,
+                                        }
+                                    }
+                                    Input::Datagrams(batch)
+                                }
                                 Ok(None) => Input::Nothing,
                                 Err(error) => {
                                     warn!(%error, "transport receive failed");
@@ -135,7 +163,25 @@ impl Driver {
                 Either::Right((Either::Left((result, _)), _)) => {
                     recv = transport.recv();
                     match result {
-                        Ok(datagram) => received(datagram),
+                        Ok(datagram) => {
+                            // Take what else is waiting without sleeping.
+                            let mut batch = vec![received(datagram)];
+                            let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+                            while batch.len() < BATCH {
+                                match recv.as_mut().poll(&mut cx) {
+                                    Poll::Ready(Ok(datagram)) => {
+                                        batch.push(received(datagram));
+                                        recv = transport.recv();
+                                    }
+                                    Poll::Ready(Err(_)) => {
+                                        recv = transport.recv();
+                                        break;
+                                    }
+                                    Poll::Pending => break,
+                                }
+                            }
+                            Input::Datagrams(batch)
+                        }
                         Err(error) => {
                             warn!(%error, "transport receive failed");
                             Timer::after(RECV_BACKOFF).await;
@@ -158,7 +204,11 @@ impl Driver {
             let mut effects = None;
             match input {
                 Input::Join => shared.endpoint.join(now),
-                Input::Datagram(bytes) => shared.endpoint.handle_datagram(now, &bytes),
+                Input::Datagrams(batch) => {
+                    for bytes in batch {
+                        shared.endpoint.handle_datagram(now, &bytes);
+                    }
+                }
                 Input::Timer => shared.endpoint.handle_timeout(now),
                 Input::Shutdown if self.leaving_until.is_none() => {
                     debug!(member = %self.inner.member, "shutting down: releasing locks, leaving");
@@ -192,9 +242,9 @@ impl Driver {
     }
 }
 
-fn received(datagram: Datagram) -> Input {
+fn received(datagram: Datagram) -> Vec<u8> {
     trace!(from = %datagram.from, len = datagram.bytes.len(), "datagram");
-    Input::Datagram(datagram.bytes)
+    datagram.bytes
 }
 
 /// The input a command makes (sends are finished by the caller).

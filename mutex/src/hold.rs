@@ -89,6 +89,7 @@ impl Request {
     }
 
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Hold, LockError>> {
+        let mut pumped = 0;
         loop {
             match &mut self.state {
                 State::Idle(params) => {
@@ -136,6 +137,7 @@ impl Request {
                     let mut shared = self.inner.lock();
                     let Some(slot) = shared.slots.get(&request) else {
                         drop(shared);
+                        self.inner.duty.release(request);
                         self.state = State::Done;
                         return Poll::Ready(Err(LockError::Shutdown));
                     };
@@ -151,20 +153,32 @@ impl Request {
                                 armed: true,
                             };
                             drop(shared);
+                            self.inner.duty.release(request);
                             self.state = State::Done;
                             return Poll::Ready(Ok(hold));
                         }
                         Some(Err(error)) => {
                             shared.slots.remove(&request);
                             drop(shared);
+                            self.inner.duty.release(request);
                             self.state = State::Done;
                             return Poll::Ready(Err(error));
                         }
-                        None if spin(spin_until, cx) => {
+                        None if spinning(spin_until) => {
                             drop(shared);
+                            // Read the transport ourselves while we spin (see `crate::duty`).
+                            if pumped < PUMP_LIMIT
+                                && spin_until
+                                    .is_some_and(|until| self.inner.receive_inline(request, until))
+                            {
+                                pumped += 1;
+                                continue;
+                            }
+                            cx.waker().wake_by_ref();
                             return Poll::Pending;
                         }
                         None => {
+                            self.inner.duty.release(request);
                             let l = slot.event.listen();
                             drop(shared);
                             self.state = State::Waiting {
@@ -184,6 +198,7 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if let State::Waiting { request, .. } = self.state {
+            self.inner.duty.release(request);
             let effects = {
                 let mut shared = self.inner.lock();
                 let now = self.inner.now();
@@ -362,6 +377,7 @@ impl Future for Unlock {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        let mut pumped = 0;
         loop {
             match &mut this.state {
                 UnlockState::Start => {
@@ -413,6 +429,7 @@ impl Future for Unlock {
                     if released || closed {
                         shared.slots.remove(&this.request);
                         drop(shared);
+                        this.inner.duty.release(this.request);
                         this.state = UnlockState::Done;
                         return Poll::Ready(if released {
                             Ok(())
@@ -420,9 +437,19 @@ impl Future for Unlock {
                             Err(UnlockError::Shutdown)
                         });
                     }
-                    if spin(spin_until, cx) {
+                    if spinning(spin_until) {
+                        drop(shared);
+                        if pumped < PUMP_LIMIT
+                            && spin_until
+                                .is_some_and(|until| this.inner.receive_inline(this.request, until))
+                        {
+                            pumped += 1;
+                            continue;
+                        }
+                        cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
+                    this.inner.duty.release(this.request);
                     let l = shared
                         .slots
                         .get(&this.request)
@@ -438,6 +465,7 @@ impl Future for Unlock {
 
 impl Drop for Unlock {
     fn drop(&mut self) {
+        self.inner.duty.release(self.request);
         let effects = {
             let mut shared = self.inner.lock();
             let now = self.inner.now();
@@ -455,12 +483,11 @@ impl Drop for Unlock {
     }
 }
 
-/// While a wait busy-polls (until `until`), asks to be polled again at once and says so;
-/// the task yields to its executor in between.
-fn spin(until: Option<std::time::Instant>, cx: &mut Context<'_>) -> bool {
-    if until.is_some_and(|until| std::time::Instant::now() < until) {
-        cx.waker().wake_by_ref();
-        return true;
-    }
-    false
+/// The most datagrams a spinning future handles in one poll before it yields.
+const PUMP_LIMIT: usize = 64;
+
+/// Whether a wait still busy-polls (until `until`). A spinning future asks to be polled again
+/// at once, so its task yields to the executor between polls.
+fn spinning(until: Option<std::time::Instant>) -> bool {
+    until.is_some_and(|until| std::time::Instant::now() < until)
 }

@@ -76,6 +76,7 @@
 //! lock across grantor changes: pass them to the resource you protect.
 
 mod driver;
+mod duty;
 mod error;
 pub mod faults;
 mod hold;

@@ -25,6 +25,8 @@ use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit}
 use event_listener::Event;
 use tracing::{debug, warn};
 
+use crate::duty::ReceiveDuty;
+
 /// A boxed, sendable future of a datagram send.
 pub(crate) type SendFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
@@ -87,6 +89,8 @@ pub(crate) struct Inner {
     origin: std::time::Instant,
     /// How long a waiting future busy-polls before it sleeps ([`crate::NodeBuilder::spin_wait`]).
     pub(crate) spin_wait: std::time::Duration,
+    /// Who reads a blocking transport: the driver or a spinning task.
+    pub(crate) duty: ReceiveDuty,
     /// Notified when a view is installed and when the node closes.
     pub(crate) changed: Event,
 }
@@ -113,6 +117,7 @@ impl Inner {
             transport,
             origin: std::time::Instant::now(),
             spin_wait,
+            duty: ReceiveDuty::default(),
             changed: Event::new(),
         }
     }
@@ -170,12 +175,45 @@ impl Inner {
         }
     }
 
-    /// Gives the driver a command and wakes it (also out of a blocking receive).
+    /// Gives the driver a command and wakes it: out of the reactor (the channel does that),
+    /// out of a blocking receive, or out of its standby.
     pub(crate) fn command(&self, command: Command) {
         if self.commands.try_send(command).is_ok() {
             if let Some(blocking) = self.transport.blocking() {
                 blocking.interrupt();
+                self.duty.wake_driver();
             }
+        }
+    }
+
+    /// Feeds a datagram to the endpoint and acts on what follows (a task holding the
+    /// receive duty does this on its own thread).
+    pub(crate) fn handle_datagram(&self, bytes: &[u8]) {
+        let effects = {
+            let mut shared = self.lock();
+            let now = self.now();
+            shared.endpoint.handle_datagram(now, bytes);
+            shared.settle(now)
+        };
+        self.flush(effects);
+    }
+
+    /// One step of a task spinning for the answer to `request` until `until`: takes the
+    /// receive duty if the transport has a blocking receive and no other task holds it, and
+    /// handles one waiting datagram. Returns whether it handled one.
+    pub(crate) fn receive_inline(&self, request: RequestId, until: std::time::Instant) -> bool {
+        let Some(blocking) = self.transport.blocking() else {
+            return false;
+        };
+        if !self.duty.take(request, until, std::time::Instant::now()) {
+            return false;
+        }
+        match blocking.try_recv() {
+            Ok(Some(datagram)) => {
+                self.handle_datagram(&datagram.bytes);
+                true
+            }
+            Ok(None) | Err(_) => false,
         }
     }
 

@@ -338,7 +338,10 @@ fn tcp_noise(cluster: &Cluster) {
     let datagrams = hostile_datagrams(&cluster.name);
     async_io::block_on(async {
         let mesh = TcpMesh::loopback([]).unwrap();
-        for bytes in datagrams.iter().filter(|d| !d.is_empty() && d.len() <= 60_000) {
+        for bytes in datagrams
+            .iter()
+            .filter(|d| !d.is_empty() && d.len() <= 60_000)
+        {
             for to in &targets {
                 mesh.send_to(*to, bytes).await.unwrap();
             }
@@ -346,7 +349,11 @@ fn tcp_noise(cluster: &Cluster) {
         // Drive the mesh (it has no thread of its own) until everything was written.
         let deadline = Instant::now() + WAIT;
         while mesh.stats().queued_bytes > 0 || mesh.stats().connections < targets.len() {
-            assert!(Instant::now() < deadline, "the noise was not sent: {:?}", mesh.stats());
+            assert!(
+                Instant::now() < deadline,
+                "the noise was not sent: {:?}",
+                mesh.stats()
+            );
             let recv = std::pin::pin!(mesh.recv());
             let tick = async_io::Timer::after(Duration::from_millis(10));
             futures::future::select(recv, tick).await;
@@ -523,7 +530,10 @@ impl Cluster {
 
     /// The addresses of the members that are running and ready.
     fn seeds(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        self.members.iter().filter(|m| m.alive && !m.id.is_empty()).map(|m| m.addr)
+        self.members
+            .iter()
+            .filter(|m| m.alive && !m.id.is_empty())
+            .map(|m| m.addr)
     }
 
     /// Starts one process per name and waits until they agree on one view of exactly them;

@@ -301,6 +301,10 @@ impl Endpoint {
                 self.note_alive(now, &sender);
                 self.reliable.handle_segment(now, &sender, segment);
             }
+            Frame::Bundle(segments) => {
+                self.note_alive(now, &sender);
+                self.reliable.handle_bundle(now, &sender, segments);
+            }
             Frame::Ack(ack) => {
                 self.note_alive(now, &sender);
                 self.reliable.handle_ack(now, &sender, ack);
@@ -334,9 +338,16 @@ impl Endpoint {
         self.gms.note_alive(now, from);
     }
 
-    /// The next datagram to send.
+    /// The next datagram to send. Reliable traffic is framed here, when it is asked for:
+    /// messages queued for one member by several inputs in a row (a driver that handles every
+    /// datagram waiting before it sends) leave in one datagram.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.transmits.is_empty() {
+            while let Some((to, frame)) = self.reliable.poll_transmit() {
+                self.transmit(Destination::Member(to.addr()), frame);
+            }
+        }
         self.transmits.pop_front()
     }
 
@@ -391,10 +402,6 @@ impl Endpoint {
             while let Some(notice) = self.locks.poll_notice() {
                 progressed = true;
                 self.events.push_back(EndpointEvent::Lock(notice));
-            }
-            while let Some((to, frame)) = self.reliable.poll_transmit() {
-                progressed = true;
-                self.transmit(Destination::Member(to.addr()), frame);
             }
             if !progressed {
                 return;

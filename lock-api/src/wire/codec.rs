@@ -19,6 +19,10 @@ pub const MAX_MESSAGE_LEN: usize = 16 << 20;
 /// fragments of at most `max_datagram - PACKET_OVERHEAD_MAX` bytes.
 pub const PACKET_OVERHEAD_MAX: usize = 384;
 
+/// An upper bound on what each segment after the first adds to a [`Packet`] carrying a
+/// bundle of segments, besides its payload.
+pub const BUNDLED_SEGMENT_OVERHEAD_MAX: usize = 192;
+
 /// Nesting depth allowed while decoding; our messages nest a handful of levels.
 const RECURSION_LIMIT: usize = 32;
 

@@ -7,6 +7,9 @@ use crate::ids::{MemberId, OwnerId, RequestId};
 use crate::lock::{FencingToken, LockMode, LockName};
 use crate::view::View;
 
+/// The most segments a [`Frame::Bundle`] carries; receivers drop larger bundles.
+pub const MAX_BUNDLE: usize = 64;
+
 /// What follows the fixed header of a datagram: who sent it and one frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Packet {
@@ -28,6 +31,10 @@ pub enum Frame {
     },
     /// Reliable layer: a fragment of a message.
     Data(Segment),
+    /// Reliable layer: several segments of one stream in one datagram, in order (small
+    /// messages queued for the same member at once: a release acknowledgement and a grant).
+    /// At most [`MAX_BUNDLE`] segments.
+    Bundle(Vec<Segment>),
     /// Reliable layer: cumulative acknowledgement.
     Ack(Ack),
 }

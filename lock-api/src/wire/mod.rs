@@ -32,11 +32,11 @@ mod payload;
 
 pub use codec::{
     decode_message, decode_packet, encode_message, encode_packet, DecodeError, EncodeError,
-    MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
+    BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
 };
 pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
     Ack, Discovery, Frame, GmsMessage, HeldLock, LockMessage, Message, Packet, PendingRelease,
-    PendingRequest, Segment, StreamAck,
+    PendingRequest, Segment, StreamAck, MAX_BUNDLE,
 };
 pub use payload::Payload;

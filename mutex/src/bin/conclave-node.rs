@@ -64,7 +64,8 @@ const MAX_INCR: u64 = 100_000;
 /// How long joining may take.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
-const USAGE: &str = "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
+const USAGE: &str =
+    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
        conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N]";
 
 /// The most seed addresses accepted.

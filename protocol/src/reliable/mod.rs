@@ -107,7 +107,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use conclave_lock_api::wire::{
-    Ack, Frame, Segment, StreamAck, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
+    Ack, Frame, Segment, StreamAck, BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_BUNDLE, MAX_PACKET_LEN,
+    PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
@@ -239,6 +240,25 @@ impl Reliable {
     /// Takes a data segment that `from` sent us: validates it, buffers or delivers it, and
     /// owes `from` an acknowledgement. Invalid, stale and excess segments are dropped.
     pub fn handle_segment(&mut self, now: Instant, from: &MemberId, segment: Segment) {
+        self.receive(now, from, segment, true);
+    }
+
+    /// Takes the segments of a bundle (one datagram), in order, as
+    /// [`Reliable::handle_segment`] each. The datagram counts once toward acknowledging every
+    /// second arrival. A bundle of more than [`MAX_BUNDLE`] segments is dropped whole.
+    pub fn handle_bundle(&mut self, now: Instant, from: &MemberId, segments: Vec<Segment>) {
+        if segments.len() > MAX_BUNDLE {
+            warn!(peer = %from, len = segments.len(), "oversized bundle dropped");
+            self.stats.malformed_dropped += 1;
+            return;
+        }
+        for (i, segment) in segments.into_iter().enumerate() {
+            self.receive(now, from, segment, i == 0);
+        }
+    }
+
+    /// One segment; `arrival` if it is the first of its datagram.
+    fn receive(&mut self, now: Instant, from: &MemberId, segment: Segment, arrival: bool) {
         self.stats.segments_received += 1;
         if let Err(why) = recv::check(&segment, self.config.max_message_len) {
             warn!(peer = %from, why, seq = segment.seq, "malformed segment dropped");
@@ -309,7 +329,7 @@ impl Reliable {
             RecvOutcome::OutOfWindow => self.stats.out_of_window_dropped += 1,
         }
         peer.ack_owed = true;
-        peer.unacked_received = peer.unacked_received.saturating_add(1);
+        peer.unacked_received = peer.unacked_received.saturating_add(u32::from(arrival));
         let key = TimerKey::Ack(from.clone());
         if !in_order
             || outcome != RecvOutcome::Accepted
@@ -394,8 +414,10 @@ impl Reliable {
         }
     }
 
-    /// The next frame to send and the member to send it to: a [`Frame::Data`] or a
-    /// [`Frame::Ack`]. Peers are served round-robin; call until `None` after every input.
+    /// The next frame to send and the member to send it to: a [`Frame::Data`], a
+    /// [`Frame::Bundle`] (segments ready for one peer that fit one datagram together) or a
+    /// [`Frame::Ack`]. Peers are served round-robin; call until `None` after every input, or
+    /// after a batch of inputs: what was queued meanwhile for one peer leaves together.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<(MemberId, Frame)> {
         let window = self.config.send_window;
@@ -413,6 +435,29 @@ impl Reliable {
                         self.stats.segments_retransmitted += 1;
                         trace!(peer = %id, seq = segment.seq, "segment retransmitted");
                     }
+                    // Whatever else is ready for the peer and fits rides in the same datagram.
+                    let mut bundle = Vec::new();
+                    let mut used = segment.payload.0.len();
+                    while bundle.len() + 1 < MAX_BUNDLE {
+                        let Some(len) = stream.next_len(window, self.max_fragment_len) else {
+                            break;
+                        };
+                        if used + BUNDLED_SEGMENT_OVERHEAD_MAX + len > self.max_fragment_len {
+                            break;
+                        }
+                        let Some((next, resent)) =
+                            stream.next_segment(id.incarnation(), window, self.max_fragment_len)
+                        else {
+                            break;
+                        };
+                        self.stats.segments_sent += 1;
+                        self.stats.segments_retransmitted += u64::from(resent);
+                        used += BUNDLED_SEGMENT_OVERHEAD_MAX + len;
+                        bundle.push(next);
+                    }
+                    if !bundle.is_empty() {
+                        self.stats.bundles_sent += 1;
+                    }
                     if peer.ack_owed {
                         segment.ack = peer.recv.as_ref().map(|recv| StreamAck {
                             stream: recv.stream(),
@@ -423,7 +468,12 @@ impl Reliable {
                             .set(&mut peer.ack_at, TimerKey::Ack(id.clone()), None);
                         peer.ack_sent();
                     }
-                    frame = Some(Frame::Data(segment));
+                    frame = Some(if bundle.is_empty() {
+                        Frame::Data(segment)
+                    } else {
+                        bundle.insert(0, segment);
+                        Frame::Bundle(bundle)
+                    });
                 }
             }
             if frame.is_none() && peer.ack_owed && peer.ack_now {

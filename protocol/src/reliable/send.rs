@@ -220,14 +220,34 @@ impl SendStream {
         self.next_seq < self.end_seq && self.in_flight() < u64::from(window)
     }
 
-    /// Builds the segment of sequence number `seq` (which must be unacknowledged).
-    fn segment(&self, to: u128, seq: u64, fragment_len: usize) -> Option<Segment> {
+    /// The payload length of the segment [`SendStream::next_segment`] would hand out.
+    pub(crate) fn next_len(&self, window: u32, fragment_len: usize) -> Option<usize> {
+        let resend = self.pending_resend();
+        let seq = if !resend.is_empty() {
+            resend.start
+        } else if self.can_send_new(window) {
+            self.next_seq
+        } else {
+            return None;
+        };
+        self.locate(seq, fragment_len)
+            .map(|(_, _, bytes)| bytes.len())
+    }
+
+    /// The message of sequence number `seq`, the fragment's index in it and its bytes.
+    fn locate(&self, seq: u64, fragment_len: usize) -> Option<(&OutMessage, u32, &[u8])> {
         let index = self.messages.partition_point(|m| m.end_seq() <= seq);
         let message = self.messages.get(index)?;
         let fragment = u32::try_from(seq.checked_sub(message.first_seq)?).ok()?;
         let start = (fragment as usize).saturating_mul(fragment_len);
         let end = start.saturating_add(fragment_len).min(message.data.len());
         let bytes = message.data.get(start..end).unwrap_or_default();
+        Some((message, fragment, bytes))
+    }
+
+    /// Builds the segment of sequence number `seq` (which must be unacknowledged).
+    fn segment(&self, to: u128, seq: u64, fragment_len: usize) -> Option<Segment> {
+        let (message, fragment, bytes) = self.locate(seq, fragment_len)?;
         Some(Segment {
             to,
             stream: self.stream,

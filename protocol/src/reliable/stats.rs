@@ -6,6 +6,8 @@
 pub struct Stats {
     /// Data segments handed out by `poll_transmit`, retransmissions included.
     pub segments_sent: u64,
+    /// Frames of more than one segment handed out by `poll_transmit`.
+    pub bundles_sent: u64,
     /// Of `segments_sent`, the retransmissions.
     pub segments_retransmitted: u64,
     /// Data segments passed to `handle_segment`, whatever became of them.

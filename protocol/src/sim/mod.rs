@@ -49,7 +49,12 @@ pub use network::NetworkStats;
 pub use report::{Report, Violation};
 pub use rng::SimRng;
 use workload::{Action, Actor};
+
 pub use workload::{Workload, WorkloadStats};
+
+/// The most datagrams a node takes in one go before the simulator flushes its answers (the
+/// driver of `conclave` takes up to 32).
+const DELIVERY_BATCH: usize = 8;
 
 /// The shape of a simulated run.
 #[derive(Clone, Debug)]
@@ -277,7 +282,15 @@ impl Simulation {
                 self.inject_fault();
                 self.next_fault = self.draw_fault_time();
             } else if let Some(datagram) = self.network.pop_due(self.now) {
+                // Like a driver, the node takes what else is waiting for it before it
+                // answers, so its answers to one member leave in one bundle.
                 self.deliver(datagram.to, &datagram.bytes);
+                for _ in 1..DELIVERY_BATCH {
+                    match self.network.pop_due_to(self.now, datagram.to) {
+                        Some(next) => self.deliver(next.to, &next.bytes),
+                        None => break,
+                    }
+                }
             } else {
                 self.run_timers();
             }

@@ -144,4 +144,22 @@ impl Network {
             self.stats.partitioned += 1;
         }
     }
+
+    /// Takes the next datagram for node `to` due at or before `now`, if any (a driver takes
+    /// every datagram waiting before it answers).
+    pub(crate) fn pop_due_to(&mut self, now: Instant, to: usize) -> Option<InFlight> {
+        let key = self
+            .in_flight
+            .iter()
+            .take_while(|((at, _), _)| *at <= now)
+            .find(|(_, datagram)| datagram.to == to)
+            .map(|(key, _)| *key)?;
+        let datagram = self.in_flight.remove(&key)?;
+        if self.connected(datagram.from, datagram.to) {
+            Some(datagram)
+        } else {
+            self.stats.partitioned += 1;
+            None
+        }
+    }
 }

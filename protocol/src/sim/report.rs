@@ -8,6 +8,7 @@ use super::workload::WorkloadStats;
 use crate::endpoint::Endpoint;
 use crate::gms::GmsStats;
 use crate::locking::GrantorStats;
+use crate::reliable::Stats as ReliableStats;
 use crate::time::Instant;
 
 /// What one seed exercised. A run that never reached a fault cannot pass as one that survived
@@ -44,6 +45,8 @@ pub struct Report {
     pub views_installed: u64,
     /// Grantor counters summed over every incarnation.
     pub grantor: GrantorStats,
+    /// Reliable-layer counters summed over every incarnation.
+    pub reliable: ReliableStats,
     /// Crashes of a grantor whose table held at least one lock.
     pub grantor_crashes_with_locks: u64,
     /// What the simulated lock users did.
@@ -65,6 +68,7 @@ impl Report {
         let stats = endpoint.stats();
         add_gms(&mut self.gms, &stats.gms);
         add_grantor(&mut self.grantor, &stats.grantor);
+        add_reliable(&mut self.reliable, &stats.reliable);
     }
 
     /// Adds the counters of `other` (for totals over many seeds).
@@ -89,6 +93,7 @@ impl Report {
         add_gms(&mut self.gms, &other.gms);
         self.views_installed += other.views_installed;
         add_grantor(&mut self.grantor, &other.grantor);
+        add_reliable(&mut self.reliable, &other.reliable);
         self.grantor_crashes_with_locks += other.grantor_crashes_with_locks;
         let (w, o) = (&mut self.workload, &other.workload);
         w.requests += o.requests;
@@ -110,6 +115,14 @@ fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
     total.reconciliations += s.reconciliations;
     total.duplicates_resolved += s.duplicates_resolved;
     total.late_reports += s.late_reports;
+}
+
+fn add_reliable(total: &mut ReliableStats, s: &ReliableStats) {
+    total.segments_sent += s.segments_sent;
+    total.segments_retransmitted += s.segments_retransmitted;
+    total.bundles_sent += s.bundles_sent;
+    total.acks_sent += s.acks_sent;
+    total.acks_piggybacked += s.acks_piggybacked;
 }
 
 pub(crate) fn add_gms(total: &mut GmsStats, s: &GmsStats) {
@@ -161,6 +174,12 @@ impl fmt::Display for Report {
             self.gms.leaves_accepted,
             self.gms.takeovers,
             self.gms.merges_led
+        )?;
+        let r = &self.reliable;
+        writeln!(
+            f,
+            "reliable            {} segments ({} retransmitted, {} bundles), {} lone acks, {} acks on data",
+            r.segments_sent, r.segments_retransmitted, r.bundles_sent, r.acks_sent, r.acks_piggybacked
         )?;
         writeln!(f, "exclusions checked  {}", self.exclusions_checked)?;
         if self.workload.requests > 0 {

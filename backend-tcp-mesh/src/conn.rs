@@ -1,18 +1,21 @@
 //! One TCP connection: its socket (or the connect in progress), its buffers and its state.
 //!
-//! Every operation here is non-blocking. When a socket would block, the operation registers
-//! the connection's own waker with the reactor (`poll_readable` / `poll_writable`) before it
-//! returns, so the mesh's [`Doorbell`](crate::wake::Doorbell) hears when to come back.
+//! Every operation here is non-blocking. When a socket would block and the caller passes a
+//! [`Context`], the operation registers the connection's own waker with the reactor
+//! (`poll_readable` / `poll_writable`) before it returns, so the mesh's
+//! [`Doorbell`](crate::wake::Doorbell) hears when to come back. Without one (the blocking
+//! receive), nothing is registered: the caller polls the socket itself, for what
+//! [`Conn::waits_for`] says.
 
 use std::fmt;
-use std::future::Future;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use async_io::Async;
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::frame::{self, FrameReader, Parsed, HEADER_LEN, MAX_HELLO};
 use crate::queue::SendQueue;
@@ -20,13 +23,12 @@ use crate::queue::SendQueue;
 /// Reads and writes attempted per call before yielding to other connections.
 const IO_BUDGET: usize = 64;
 
-/// A connect in progress.
-type Dial = Pin<Box<dyn Future<Output = io::Result<Async<TcpStream>>> + Send>>;
-
-/// The socket, or the connect that will give it.
+/// The socket, connecting or connected. Shared (`Arc`) only so that a thread blocked in
+/// `poll(2)` keeps the descriptor it polls open, even if the connection is dropped meanwhile.
 enum Link {
-    Dialing(Dial),
-    Up(Async<TcpStream>),
+    /// A non-blocking connect is in progress.
+    Dialing(Arc<Async<TcpStream>>),
+    Up(Arc<Async<TcpStream>>),
 }
 
 /// What [`Conn::send`] did with a frame.
@@ -47,7 +49,7 @@ pub(crate) enum Sent {
 pub(crate) enum Received {
     /// One whole frame's payload; more may follow at once.
     Frame(Vec<u8>),
-    /// Nothing more now; the reactor will ring.
+    /// Nothing more now; the reactor will ring (or the caller's `poll` say so).
     Blocked,
     /// The peer closed its side.
     Eof,
@@ -94,13 +96,30 @@ impl fmt::Debug for Conn {
 }
 
 impl Conn {
-    /// A connection to `addr` whose connect starts at the first poll; `hello` is queued.
-    pub(crate) fn dial(addr: SocketAddr, waker: Waker, hello: Vec<u8>, deadline: Instant) -> Self {
-        let dial: Dial = Box::pin(Async::<TcpStream>::connect(addr));
-        let mut conn = Self::new(Link::Dialing(dial), waker, hello, deadline);
+    /// A connection to `addr`, its non-blocking connect started; `hello` is queued.
+    /// [`Conn::poll_dial`] completes the connect.
+    ///
+    /// # Errors
+    /// The socket could not be made, or the connect failed at once (refused, unreachable).
+    pub(crate) fn dial(
+        addr: SocketAddr,
+        waker: Waker,
+        hello: Vec<u8>,
+        deadline: Instant,
+    ) -> io::Result<Self> {
+        // Close-on-exec (and no SIGPIPE where the system has the option) from socket2.
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_nonblocking(true)?;
+        match socket.connect(&addr.into()) {
+            Ok(()) => {}
+            Err(e) if connect_in_progress(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let stream = Async::new_nonblocking(TcpStream::from(socket))?;
+        let mut conn = Self::new(Link::Dialing(Arc::new(stream)), waker, hello, deadline);
         conn.outbound = true;
         conn.key = Some(addr);
-        conn
+        Ok(conn)
     }
 
     /// An accepted connection; `hello` is queued.
@@ -110,7 +129,7 @@ impl Conn {
         hello: Vec<u8>,
         deadline: Instant,
     ) -> Self {
-        Self::new(Link::Up(stream), waker, hello, deadline)
+        Self::new(Link::Up(Arc::new(stream)), waker, hello, deadline)
     }
 
     fn new(link: Link, waker: Waker, hello: Vec<u8>, deadline: Instant) -> Self {
@@ -137,19 +156,54 @@ impl Conn {
         matches!(self.link, Link::Dialing(_))
     }
 
-    /// Drives the connect; `Ready(Ok)` once the socket is up (at once if it already was).
-    pub(crate) fn poll_dial(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Link::Dialing(dial) = &mut self.link else {
+    /// The socket, connecting or connected.
+    #[cfg(unix)]
+    pub(crate) fn socket(&self) -> &Arc<Async<TcpStream>> {
+        match &self.link {
+            Link::Dialing(stream) | Link::Up(stream) => stream,
+        }
+    }
+
+    /// What the socket must be ready for before serving the connection again can make
+    /// progress: `(readable, writable)`. Writable while connecting (the connect is over) or
+    /// while bytes are queued; readable once connected, until the peer's FIN.
+    #[cfg(unix)]
+    pub(crate) fn waits_for(&self) -> (bool, bool) {
+        match &self.link {
+            Link::Dialing(_) => (false, true),
+            Link::Up(_) => (!self.read_eof, !self.write_shut && !self.queue.is_empty()),
+        }
+    }
+
+    /// Checks on the connect; `Ready(Ok)` once the socket is up (at once if it already was).
+    /// With `cx`, a connect still in progress registers writability with the reactor.
+    pub(crate) fn poll_dial(&mut self, cx: Option<&mut Context<'_>>) -> Poll<io::Result<()>> {
+        let Link::Dialing(stream) = &self.link else {
             return Poll::Ready(Ok(()));
         };
-        match dial.as_mut().poll(cx) {
-            Poll::Ready(Ok(stream)) => {
+        let stream = Arc::clone(stream);
+        let status = match (connect_status(stream.get_ref()), cx) {
+            (Poll::Pending, Some(cx)) => match stream.poll_writable(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                // Writable: the connect is over, one way or the other.
+                Poll::Ready(Ok(())) => match connect_status(stream.get_ref()) {
+                    Poll::Pending => Poll::Ready(Err(io::Error::new(
+                        ErrorKind::NotConnected,
+                        "connect ended without a connection",
+                    ))),
+                    ready => ready,
+                },
+            },
+            (status, _) => status,
+        };
+        match status {
+            Poll::Ready(Ok(())) => {
                 stream.get_ref().set_nodelay(true)?;
                 self.link = Link::Up(stream);
                 Poll::Ready(Ok(()))
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
+            other => other,
         }
     }
 
@@ -194,11 +248,12 @@ impl Conn {
     }
 
     /// Writes queued bytes until the queue is empty (`Ok(true)`) or the socket is full
-    /// (`Ok(false)`, writability registered). A dialling connection writes nothing.
+    /// (`Ok(false)`, writability registered if there is `cx`). A dialling connection writes
+    /// nothing.
     ///
     /// # Errors
     /// The socket failed; the connection is broken.
-    pub(crate) fn flush(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+    pub(crate) fn flush(&mut self, mut cx: Option<&mut Context<'_>>) -> io::Result<bool> {
         let Link::Up(stream) = &self.link else {
             return Ok(self.queue.is_empty());
         };
@@ -209,17 +264,22 @@ impl Conn {
             match stream.get_ref().write(bytes) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => self.queue.advance(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => match stream.poll_writable(cx) {
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(e)) => return Err(e),
-                    Poll::Pending => return Ok(false),
-                },
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match cx.as_deref_mut().map(|cx| stream.poll_writable(cx)) {
+                        Some(Poll::Ready(Ok(()))) => {}
+                        Some(Poll::Ready(Err(e))) => return Err(e),
+                        Some(Poll::Pending) | None => return Ok(false),
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        // Budget spent with the socket still taking bytes: come back soon.
-        cx.waker().wake_by_ref();
+        // Budget spent with the socket still taking bytes: come back soon (a caller that
+        // polls the socket itself sees it writable).
+        if let Some(cx) = cx {
+            cx.waker().wake_by_ref();
+        }
         Ok(self.queue.is_empty())
     }
 
@@ -235,15 +295,16 @@ impl Conn {
     }
 
     /// Returns the next whole frame, reading as needed; registers readability when the
-    /// socket has nothing more. Before the hello the limit is the hello's size, after it
-    /// `max_frame`. If the I/O budget runs out the connection rings itself and reports
+    /// socket has nothing more (if there is `cx`). Before the hello the limit is the hello's
+    /// size, after it `max_frame`. If the I/O budget runs out the connection rings itself
+    /// (with `cx`; without, the socket stays readable for the caller's poll) and reports
     /// [`Received::Blocked`].
     ///
     /// # Errors
     /// The socket failed; the connection is broken.
     pub(crate) fn read_frame(
         &mut self,
-        cx: &mut Context<'_>,
+        mut cx: Option<&mut Context<'_>>,
         max_frame: usize,
     ) -> io::Result<Received> {
         let limit = if self.hello.is_some() {
@@ -269,16 +330,20 @@ impl Conn {
                     return Ok(Received::Eof);
                 }
                 Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => match stream.poll_readable(cx) {
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(e)) => return Err(e),
-                    Poll::Pending => return Ok(Received::Blocked),
-                },
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
+                        Some(Poll::Ready(Ok(()))) => {}
+                        Some(Poll::Ready(Err(e))) => return Err(e),
+                        Some(Poll::Pending) | None => return Ok(Received::Blocked),
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        cx.waker().wake_by_ref();
+        if let Some(cx) = cx {
+            cx.waker().wake_by_ref();
+        }
         Ok(Received::Blocked)
     }
 
@@ -295,5 +360,29 @@ impl Conn {
                 _ => return,
             }
         }
+    }
+}
+
+/// Whether a non-blocking connect's error only says it goes on in the background.
+fn connect_in_progress(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    if rustix::io::Errno::from_io_error(error) == Some(rustix::io::Errno::INPROGRESS) {
+        return true;
+    }
+    // Windows says "would block"; on Unix that (EAGAIN) means no local port was free.
+    (cfg!(not(unix)) && error.kind() == ErrorKind::WouldBlock)
+        || error.kind() == ErrorKind::Interrupted
+}
+
+/// Where a non-blocking connect stands: `Pending` while in progress, then connected or failed.
+fn connect_status(stream: &TcpStream) -> Poll<io::Result<()>> {
+    match stream.peer_addr() {
+        Ok(_) => Poll::Ready(Ok(())),
+        // Not connected (yet): in progress, unless the connect failed.
+        Err(e) if e.kind() == ErrorKind::NotConnected => match stream.take_error() {
+            Ok(None) => Poll::Pending,
+            Ok(Some(error)) | Err(error) => Poll::Ready(Err(error)),
+        },
+        Err(e) => Poll::Ready(Err(e)),
     }
 }

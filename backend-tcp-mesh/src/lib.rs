@@ -43,12 +43,29 @@
 //! the protocol treats every send as possibly lost and retransmits.
 //!
 //! # Driving
-//! There is no background thread: the task awaiting [`Transport::recv`](conclave_lock_api::Transport::recv)
-//! accepts, completes connects, flushes queues, enforces timeouts and reads frames itself, so
-//! a frame goes from the socket to the caller without a thread hop. Keep one `recv` pending
-//! (the node's driver does); `send_to` may run on other threads meanwhile and wakes it when it
-//! leaves work behind. [`Transport::close`](conclave_lock_api::Transport::close) flushes for up
-//! to [`TcpConfig::close_timeout`], then closes every connection with FIN.
+//! There is no background thread: whoever receives drives the mesh. It accepts, completes
+//! connects, flushes queues, enforces timeouts and reads frames itself, so a frame goes from
+//! the socket to the caller without a thread hop. It does so in one of two modes:
+//! - **Async**: the task awaiting [`Transport::recv`](conclave_lock_api::Transport::recv)
+//!   waits on `async-io`'s reactor, which names the sockets with work. Keep one `recv` pending
+//!   (the node's driver does).
+//! - **Blocking** (Unix): [`Transport::blocking`](conclave_lock_api::Transport::blocking)
+//!   returns the mesh as a [`BlockingRecv`](conclave_lock_api::BlockingRecv). `recv_blocking`
+//!   runs the same drive step, then waits in `poll(2)` on the listener, every connection that
+//!   can make progress (readable once connected; writable while connecting or with bytes
+//!   queued) and a pipe, the doorbell; its timeout is capped at the mesh's next deadline
+//!   (connect, handshake or wind-down timeout, paused accepts). The reactor is not involved:
+//!   the kernel wakes the thread directly. `try_recv` runs the drive step once after a `poll`
+//!   that does not wait; it may run on any thread, even while another blocks in
+//!   `recv_blocking`. `interrupt` rings the doorbell.
+//!
+//! In both modes `send_to` may run on other threads meanwhile; one that leaves work behind
+//! (bytes queued, a connect started) wakes the receiver: a pending `recv` through an event, a
+//! thread blocked in `poll` through the doorbell, rung only when that thread's `poll` does not
+//! cover the new work already (so a frame the kernel takes at once costs no wake-up). The
+//! modes may be mixed on one mesh, though each then also wakes for the other's work.
+//! [`Transport::close`](conclave_lock_api::Transport::close) flushes for up to
+//! [`TcpConfig::close_timeout`], then closes every connection with FIN.
 //!
 //! # Example
 //! Two members on loopback; each `recv` drives its own mesh, so the sender's runs too.

@@ -1,23 +1,31 @@
-//! The TCP mesh transport: a listener, one connection per member, driven by `recv`.
+//! The TCP mesh transport: a listener, one connection per member, driven by `recv` (or, on
+//! Unix, by the blocking receive of `blocking`).
+
+#[cfg(unix)]
+mod blocking;
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener};
+#[cfg(unix)]
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_io::{Async, Timer};
 use async_trait::async_trait;
+#[cfg(unix)]
+use conclave_lock_api::BlockingRecv;
 use conclave_lock_api::{Datagram, Transport};
 use futures::future::select;
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
 
 use crate::config::TcpConfig;
-use crate::state::{closed, State, Step};
+use crate::state::{closed, Mode, State, Step};
 use crate::stats::TcpStats;
 use crate::wake::Doorbell;
 
@@ -34,16 +42,26 @@ const BACKLOG: i32 = 1024;
 /// wait. Sends may come from other threads meanwhile; one that leaves work behind wakes the
 /// pending `recv`.
 ///
+/// On Unix the mesh also has a blocking receive ([`Transport::blocking`], [`BlockingRecv`]):
+/// the same work, done by a thread that waits in `poll(2)` on the mesh's sockets instead of
+/// in the reactor. Keep a thread in `recv_blocking` (or calling `try_recv` often) in that
+/// mode, as you would keep a `recv` pending in the other.
+///
 /// # Receivers
 /// The trait expects one caller of `recv` at a time. A second concurrent call is safe (every
 /// socket event wakes every waiting call, so none misses one, and they share the work) but
-/// pointless.
+/// pointless. The same holds of `recv_blocking`; `try_recv` may be called from any thread at
+/// any time, next to either. The two modes may even be mixed on one mesh, though each then
+/// wakes for work the other does.
 ///
 /// # Dropping
 /// Dropping the mesh closes every socket at once, without the flush of [`Transport::close`].
 pub struct TcpMesh {
     state: Mutex<State>,
     bell: Arc<Doorbell>,
+    /// [`BlockingRecv::interrupt`] was called and no `recv_blocking` has returned for it yet.
+    #[cfg(unix)]
+    interrupted: AtomicBool,
     local: SocketAddr,
     max_frame: usize,
     close_timeout: Duration,
@@ -84,7 +102,7 @@ impl TcpMesh {
         socket.listen(BACKLOG)?;
         let listener = Async::new(TcpListener::from(socket))?;
         let local = listener.get_ref().local_addr()?;
-        let bell = Arc::new(Doorbell::default());
+        let bell = Arc::new(Doorbell::new()?);
         let state = State::new(
             config.clone(),
             listener,
@@ -96,6 +114,8 @@ impl TcpMesh {
         Ok(Self {
             state: Mutex::new(state),
             bell,
+            #[cfg(unix)]
+            interrupted: AtomicBool::new(false),
             local,
             max_frame: config.max_frame,
             close_timeout: config.close_timeout,
@@ -170,7 +190,7 @@ impl Transport for TcpMesh {
         loop {
             // Listen first, then look: a ring between the two is not missed.
             let listener = self.bell.listen();
-            let step = self.lock().drive(Instant::now());
+            let step = self.lock().drive(Instant::now(), Mode::Async);
             match step {
                 Step::Datagram(datagram) => return Ok(datagram),
                 Step::Closed => return Err(closed()),
@@ -180,6 +200,12 @@ impl Transport for TcpMesh {
                 }
             }
         }
+    }
+
+    /// The blocking receive: see [`BlockingRecv`] for [`TcpMesh`].
+    #[cfg(unix)]
+    fn blocking(&self) -> Option<&dyn BlockingRecv> {
+        Some(self)
     }
 
     /// Stops accepting, sending and receiving, flushes queued frames (completing connects in

@@ -6,9 +6,15 @@
 //! only. Since every socket always sees the same waker, a second concurrent receiver cannot
 //! steal a wake-up from the first: the event reaches every listener.
 //!
+//! A thread blocked in `poll(2)` ([`BlockingRecv::recv_blocking`], Unix) hears neither: the
+//! kernel wakes it for its sockets, and the doorbell's pipe for everything else (a new socket
+//! to watch, bytes queued, an interrupt).
+//!
 //! [`Transport::recv`]: conclave_lock_api::Transport::recv
 //! [`Transport::close`]: conclave_lock_api::Transport::close
+//! [`BlockingRecv::recv_blocking`]: conclave_lock_api::BlockingRecv::recv_blocking
 
+use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Wake, Waker};
 
@@ -20,14 +26,30 @@ pub(crate) type Token = u64;
 /// The listener's token; connections count up from 1.
 pub(crate) const LISTENER: Token = 0;
 
-/// Tokens with work, and the event their arrival notifies.
-#[derive(Debug, Default)]
+/// Tokens with work, and the event their arrival notifies; on Unix also the pipe that wakes a
+/// thread blocked in `poll(2)`.
+#[derive(Debug)]
 pub(crate) struct Doorbell {
     rung: Mutex<Vec<Token>>,
     event: Event,
+    #[cfg(unix)]
+    pipe: Pipe,
 }
 
 impl Doorbell {
+    /// A doorbell nobody listens to yet.
+    ///
+    /// # Errors
+    /// The pipe could not be made (out of file descriptors).
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(Self {
+            rung: Mutex::default(),
+            event: Event::new(),
+            #[cfg(unix)]
+            pipe: Pipe::new()?,
+        })
+    }
+
     /// Notes that `token` has work and wakes every driver.
     pub(crate) fn ring(&self, token: Token) {
         self.rung
@@ -52,12 +74,71 @@ impl Doorbell {
         std::mem::take(&mut *self.rung.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Wakes the thread blocked in `poll(2)` on [`Doorbell::pipe`] (or the next one to block
+    /// there: a rung pipe stays readable until answered). One system call: ring only when
+    /// such a thread must wake.
+    #[cfg(unix)]
+    pub(crate) fn wake_blocked(&self) {
+        self.pipe.ring();
+    }
+
+    /// The pipe whose read end a blocked thread polls; [`Pipe::answer`] empties it.
+    #[cfg(unix)]
+    pub(crate) fn pipe(&self) -> &Pipe {
+        &self.pipe
+    }
+
     /// The waker that rings `token`.
     pub(crate) fn waker(self: &Arc<Self>, token: Token) -> Waker {
         Waker::from(Arc::new(SocketWaker {
             token,
             doorbell: Arc::clone(self),
         }))
+    }
+}
+
+/// A non-blocking, close-on-exec pipe: a byte written wakes a `poll` on its read end.
+#[cfg(unix)]
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    read: rustix::fd::OwnedFd,
+    write: rustix::fd::OwnedFd,
+}
+
+#[cfg(unix)]
+impl Pipe {
+    fn new() -> io::Result<Self> {
+        let (read, write) = rustix::pipe::pipe()?;
+        for fd in [&read, &write] {
+            rustix::io::ioctl_fionbio(fd, true)?;
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
+        }
+        Ok(Self { read, write })
+    }
+
+    /// The end to poll for readability.
+    pub(crate) fn read_end(&self) -> rustix::fd::BorrowedFd<'_> {
+        use rustix::fd::AsFd;
+        self.read.as_fd()
+    }
+
+    /// Makes the read end readable (a full pipe already is).
+    fn ring(&self) {
+        if let Err(errno) = rustix::io::write(&self.write, &[1]) {
+            if errno != rustix::io::Errno::AGAIN {
+                tracing::debug!(%errno, "could not ring the doorbell's pipe");
+            }
+        }
+    }
+
+    /// Empties the pipe.
+    pub(crate) fn answer(&self) {
+        let mut buf = [0u8; 64];
+        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
+            if n < buf.len() {
+                break;
+            }
+        }
     }
 }
 
@@ -86,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_waker_rings_its_token_and_notifies_every_listener() {
-        let bell = Arc::new(Doorbell::default());
+        let bell = Arc::new(Doorbell::new().unwrap());
         let first = bell.listen();
         let second = bell.listen();
         let waker = bell.waker(3);
@@ -97,5 +178,29 @@ mod tests {
         assert!(bell.take().is_empty());
         assert!(first.now_or_never().is_some());
         assert!(second.now_or_never().is_some());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_pipe_wakes_a_poll_until_answered() {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+        let bell = Doorbell::new().unwrap();
+        let zero = Timespec::try_from(std::time::Duration::ZERO).unwrap();
+        let readable = |bell: &Doorbell| {
+            let mut fds = [PollFd::from_borrowed_fd(
+                bell.pipe().read_end(),
+                PollFlags::IN,
+            )];
+            poll(&mut fds, Some(&zero)).unwrap() == 1
+        };
+        assert!(!readable(&bell));
+        // Rings beyond the pipe's capacity neither block nor fail.
+        for _ in 0..100_000 {
+            bell.wake_blocked();
+        }
+        assert!(readable(&bell));
+        bell.pipe().answer();
+        assert!(!readable(&bell));
     }
 }

@@ -15,6 +15,7 @@ impl State {
         self.to_self.clear();
         self.to_self_bytes = 0;
         self.bell.notify();
+        self.alert_sleepers();
         self.conns.values().any(|c| c.queue.data_frames() > 0)
     }
 
@@ -34,9 +35,9 @@ impl State {
             };
             let waker = conn.waker.clone();
             let mut cx = Context::from_waker(&waker);
-            let result = match conn.poll_dial(&mut cx) {
+            let result = match conn.poll_dial(Some(&mut cx)) {
                 Poll::Pending => continue,
-                Poll::Ready(Ok(())) => conn.flush(&mut cx).map(|_| ()),
+                Poll::Ready(Ok(())) => conn.flush(Some(&mut cx)).map(|_| ()),
                 Poll::Ready(Err(e)) => Err(e),
             };
             if let Err(error) = result {
@@ -58,5 +59,6 @@ impl State {
         self.work.clear();
         self.next_deadline = None;
         self.bell.notify();
+        self.alert_sleepers();
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! All of it is synchronous and non-blocking, called with the mesh's lock held: by
 //! `send_to`/`send_discovery` for sends, by `recv` ([`State::drive`]) for everything else, and
-//! by `close`. A socket that would block is registered with the reactor under its own waker,
-//! whose ring ([`Doorbell`]) tells the next `drive` which sockets to serve.
+//! by `close`. In [`Mode::Async`], a socket that would block is registered with the reactor
+//! under its own waker, whose ring ([`Doorbell`]) tells the next `drive` which sockets to
+//! serve. In [`Mode::Blocking`] (Unix), nothing is registered: the blocking receive polls the
+//! sockets itself and schedules the ready ones (see `watch`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{self, ErrorKind};
@@ -26,9 +28,26 @@ use crate::wake::{Doorbell, Token, LISTENER};
 
 mod close;
 mod handshake;
+#[cfg(unix)]
+mod watch;
+
+#[cfg(unix)]
+pub(crate) use watch::Handle;
+#[cfg(unix)]
+use watch::Sleepers;
 
 /// How long accepting pauses after an error such as running out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// Who waits for the sockets a drive leaves blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The async-io reactor: a socket that would block registers its waker (`Transport::recv`).
+    Async,
+    /// The caller's own `poll(2)`: nothing is registered (`BlockingRecv`).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Blocking,
+}
 
 /// What one [`State::drive`] came to.
 #[derive(Debug)]
@@ -49,7 +68,7 @@ pub(crate) struct State {
     /// Our hello frame, queued first on every connection.
     hello: Vec<u8>,
     bell: Arc<Doorbell>,
-    listener: Option<Async<TcpListener>>,
+    listener: Option<Arc<Async<TcpListener>>>,
     listener_waker: Waker,
     listener_scheduled: bool,
     accept_paused_until: Option<Instant>,
@@ -64,6 +83,12 @@ pub(crate) struct State {
     to_self: VecDeque<Vec<u8>>,
     to_self_bytes: usize,
     closing: bool,
+    /// A blocking drive served sockets without registering them with the reactor: the next
+    /// async drive serves every socket once, which registers those still blocked.
+    unarmed: bool,
+    /// The threads blocked in `poll(2)`, and what they watch.
+    #[cfg(unix)]
+    sleepers: Sleepers,
     stats: TcpStats,
 }
 
@@ -87,7 +112,7 @@ impl State {
             hello,
             listener_waker: bell.waker(LISTENER),
             bell,
-            listener: Some(listener),
+            listener: Some(Arc::new(listener)),
             // Accept whatever queued up before the first drive.
             listener_scheduled: true,
             accept_paused_until: None,
@@ -99,6 +124,9 @@ impl State {
             to_self: VecDeque::new(),
             to_self_bytes: 0,
             closing: false,
+            unarmed: false,
+            #[cfg(unix)]
+            sleepers: Sleepers::default(),
             stats: TcpStats::default(),
         }
     }
@@ -123,6 +151,12 @@ impl State {
     /// # Errors
     /// `InvalidInput` if `payload` is longer than `max_frame`; `NotConnected` once closing.
     pub(crate) fn send(&mut self, to: SocketAddr, payload: &[u8], now: Instant) -> io::Result<()> {
+        let result = self.send_one(to, payload, now);
+        self.alert_sleepers();
+        result
+    }
+
+    fn send_one(&mut self, to: SocketAddr, payload: &[u8], now: Instant) -> io::Result<()> {
         if payload.len() > self.config.max_frame {
             return Err(io::Error::new(
                 ErrorKind::InvalidInput,
@@ -189,18 +223,45 @@ impl State {
                 .map(|(addr, _)| *addr),
         );
         targets.remove(&self.local);
-        for to in targets {
-            self.send(to, payload, now)?;
-        }
-        Ok(())
+        let result = targets
+            .into_iter()
+            .try_for_each(|to| self.send_one(to, payload, now));
+        self.alert_sleepers();
+        result
     }
 
     /// Does all the I/O that is ready: accepts, completes connects, flushes, reads, enforces
     /// deadlines; returns the first whole frame. Frames not returned stay in their
     /// connection's buffer, so dropping the caller between two drives loses nothing.
-    pub(crate) fn drive(&mut self, now: Instant) -> Step {
+    ///
+    /// Serves the sockets the doorbell names and those already scheduled (by an earlier drive,
+    /// or by the blocking receive's `poll`). `mode` says who waits for the sockets left
+    /// blocked.
+    pub(crate) fn drive(&mut self, now: Instant, mode: Mode) -> Step {
+        let step = self.drive_once(now, mode);
+        self.alert_sleepers();
+        step
+    }
+
+    fn drive_once(&mut self, now: Instant, mode: Mode) -> Step {
         if self.closing {
             return Step::Closed;
+        }
+        match mode {
+            Mode::Async if self.unarmed => {
+                self.unarmed = false;
+                self.schedule(LISTENER);
+                let tokens: Vec<Token> = self.conns.keys().copied().collect();
+                for token in tokens {
+                    self.schedule(token);
+                }
+            }
+            Mode::Blocking if !self.unarmed => {
+                self.unarmed = true;
+                // An async receive waiting meanwhile re-registers what this drive consumes.
+                self.bell.notify();
+            }
+            Mode::Async | Mode::Blocking => {}
         }
         if let Some(bytes) = self.to_self.pop_front() {
             self.to_self_bytes -= bytes.len();
@@ -219,14 +280,14 @@ impl State {
         while let Some(token) = self.work.pop_front() {
             if token == LISTENER {
                 self.listener_scheduled = false;
-                self.accept(now);
+                self.accept(now, mode);
                 continue;
             }
             let Some(conn) = self.conns.get_mut(&token) else {
                 continue;
             };
             conn.scheduled = false;
-            if let Some(datagram) = self.serve(token, now) {
+            if let Some(datagram) = self.serve(token, now, mode) {
                 return Step::Datagram(datagram);
             }
         }
@@ -244,6 +305,10 @@ impl State {
         self.bell.notify();
     }
 
+    /// Without `poll(2)` there is no thread to alert.
+    #[cfg(not(unix))]
+    fn alert_sleepers(&mut self) {}
+
     /// Opens a connection to `addr` and registers it, unless the address is in backoff or
     /// the connection limit is reached.
     fn dial(&mut self, addr: SocketAddr, now: Instant) -> Option<Token> {
@@ -259,33 +324,29 @@ impl State {
             return None;
         }
         let token = self.token();
-        let waker = self.bell.waker(token);
         let deadline = now + self.config.connect_timeout;
-        let mut conn = Conn::dial(addr, waker.clone(), self.hello.clone(), deadline);
         self.stats.connect_attempts += 1;
-        // The first poll starts the connect; the reactor rings the token when it completes.
-        match conn.poll_dial(&mut Context::from_waker(&waker)) {
-            Poll::Pending => {}
-            Poll::Ready(Ok(())) => {
-                conn.deadline = Some(now + self.config.handshake_timeout);
-                self.bell.ring(token);
-            }
-            Poll::Ready(Err(error)) => {
+        let conn = match Conn::dial(addr, self.bell.waker(token), self.hello.clone(), deadline) {
+            Ok(conn) => conn,
+            Err(error) => {
                 debug!(%addr, %error, "connect failed");
                 self.stats.connect_failures += 1;
                 self.backoff(addr, now);
                 return None;
             }
-        }
+        };
         debug!(%addr, "dialling");
-        self.note_deadline(conn.deadline);
+        self.note_deadline(Some(deadline));
         self.conns.insert(token, conn);
         self.peers.entry(addr).or_default().conn = Some(token);
+        // The next drive, whichever its mode, checks on the connect and arranges to hear when
+        // it completes (the reactor, or the blocking receive's poll).
+        self.bell.ring(token);
         Some(token)
     }
 
     /// Accepts waiting connections until the listener would block.
-    fn accept(&mut self, now: Instant) {
+    fn accept(&mut self, now: Instant, mode: Mode) {
         if self.accept_paused_until.is_some_and(|until| now < until) {
             return;
         }
@@ -297,6 +358,9 @@ impl State {
             match listener.get_ref().accept() {
                 Ok((stream, from)) => self.admit(stream, from, now),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if mode == Mode::Blocking {
+                        return;
+                    }
                     match listener.poll_readable(&mut Context::from_waker(&self.listener_waker)) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(error)) => {
@@ -353,13 +417,13 @@ impl State {
     }
 
     /// Serves one connection: completes its connect, flushes, reads one frame.
-    fn serve(&mut self, token: Token, now: Instant) -> Option<Datagram> {
+    fn serve(&mut self, token: Token, now: Instant, mode: Mode) -> Option<Datagram> {
         let max_frame = self.config.max_frame;
         let conn = self.conns.get_mut(&token)?;
-        let waker = conn.waker.clone();
-        let mut cx = Context::from_waker(&waker);
+        let waker = (mode == Mode::Async).then(|| conn.waker.clone());
+        let mut cx = waker.as_ref().map(Context::from_waker);
         if conn.is_dialing() {
-            match conn.poll_dial(&mut cx) {
+            match conn.poll_dial(cx.as_mut()) {
                 Poll::Pending => return None,
                 Poll::Ready(Err(_)) if conn.draining => {
                     self.conns.remove(&token);
@@ -378,7 +442,7 @@ impl State {
             }
         }
         let conn = self.conns.get_mut(&token)?;
-        match conn.flush(&mut cx) {
+        match conn.flush(cx.as_mut()) {
             Ok(true) if conn.draining => conn.shutdown_write(),
             Ok(_) => {}
             Err(error) => {
@@ -388,7 +452,7 @@ impl State {
         }
         loop {
             let conn = self.conns.get_mut(&token)?;
-            match conn.read_frame(&mut cx, max_frame) {
+            match conn.read_frame(cx.as_mut(), max_frame) {
                 Ok(Received::Frame(payload)) => match conn.hello {
                     Some(hello) => {
                         self.stats.frames_received += 1;

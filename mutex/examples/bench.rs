@@ -247,6 +247,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     let mut rtts = Vec::with_capacity(PINGS);
     let mut latencies = Vec::with_capacity(LOCKS);
     let mut ratios = Vec::with_capacity(ROUNDS);
+    let mut round_medians = Vec::with_capacity(ROUNDS);
     let mut locking_time = Duration::ZERO;
     for _ in 0..ROUNDS {
         let mut round_rtts = Vec::with_capacity(PINGS / ROUNDS);
@@ -268,6 +269,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
             percentile(&round_locks, 0.5).as_secs_f64()
                 / percentile(&round_rtts, 0.5).as_secs_f64(),
         );
+        round_medians.push((percentile(&round_rtts, 0.5), percentile(&round_locks, 0.5)));
         rtts.extend(round_rtts);
         latencies.extend(round_locks);
     }
@@ -350,6 +352,14 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         ratios[ratios.len() / 2]
     );
     println!("| uncontended lock+release pairs per second | {pairs_per_sec:.0} |");
+    let rounds: Vec<String> = round_medians
+        .iter()
+        .map(|(floor, lock)| format!("{:.0}/{:.0}", micros(*floor), micros(*lock)))
+        .collect();
+    println!(
+        "| per round, floor p50 / lock p50 (µs) | {} |",
+        rounds.join(" ")
+    );
     println!(
         "| contended: handoffs per second, 4 processes on one lock | {:.0} |",
         handoffs as f64 / elapsed

@@ -33,8 +33,8 @@ use crate::shared::{Command, Inner, LockLost, Phase};
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a waiting lock future busy-polls for its answer before it sleeps, unless told
-/// otherwise ([`NodeBuilder::spin_wait`]): a few round trips on loopback.
-pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(100);
+/// otherwise ([`NodeBuilder::spin_wait`]): a round trip or two on loopback.
+pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
 
 /// Configures and starts a [`Node`]. Made by [`Node::builder`].
 pub struct NodeBuilder {
@@ -100,7 +100,7 @@ impl NodeBuilder {
 
     /// How long a future waiting for a lock (or for the acknowledgement of an unlock)
     /// busy-polls for the answer before it sleeps until woken. Default
-    /// [`DEFAULT_SPIN_WAIT`] (100 µs); `Duration::ZERO` never spins.
+    /// [`DEFAULT_SPIN_WAIT`] (50 µs); `Duration::ZERO` never spins.
     ///
     /// Waking a sleeping thread can cost as much as a loopback round trip, so a short spin
     /// makes an uncontended lock from another process cost about one round trip. The spin

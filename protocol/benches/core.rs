@@ -99,6 +99,9 @@ impl Link {
                 moved = true;
                 match frame {
                     Frame::Data(segment) => self.b.handle_segment(self.now, &self.ids[0], segment),
+                    Frame::Bundle(segments) => {
+                        self.b.handle_bundle(self.now, &self.ids[0], segments)
+                    }
                     other => unreachable!("sender sent {other:?}"),
                 }
             }

@@ -152,6 +152,7 @@ impl Net {
             let from = self.ids[1 - f.dest].clone();
             match f.frame {
                 Frame::Data(s) => self.nodes[f.dest].handle_segment(self.now, &from, s),
+                Frame::Bundle(b) => self.nodes[f.dest].handle_bundle(self.now, &from, b),
                 Frame::Ack(a) => self.nodes[f.dest].handle_ack(self.now, &from, a),
                 other => panic!("unexpected frame {other:?}"),
             }

@@ -69,6 +69,7 @@
 //!             let j = ids.iter().position(|id| *id == to).unwrap();
 //!             match frame {
 //!                 Frame::Data(segment) => nodes[j].handle_segment(now, &ids[i], segment),
+//!                 Frame::Bundle(segments) => nodes[j].handle_bundle(now, &ids[i], segments),
 //!                 Frame::Ack(ack) => nodes[j].handle_ack(now, &ids[i], ack),
 //!                 _ => unreachable!("the reliable layer sends only data and acks"),
 //!             }

@@ -70,6 +70,45 @@ fn a_reply_carries_the_acknowledgement_of_its_request() {
 }
 
 #[test]
+fn small_messages_queued_together_leave_in_one_bundle() {
+    let mut p = Pair::new(delayed_acks(), 1_000);
+    for i in 1..=3 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    let sent = frames(&mut p.a);
+    assert_eq!(sent.len(), 1, "one datagram: {sent:?}");
+    let Frame::Bundle(segments) = &sent[0] else {
+        panic!("not a bundle: {sent:?}");
+    };
+    assert_eq!(
+        segments.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(p.a.stats().bundles_sent, 1);
+    feed(&mut p.b, ms(1), &p.ida, sent);
+    assert_eq!(delivered(&mut p.b), [msg(1), msg(2), msg(3)]);
+    // One datagram is one arrival: its acknowledgement may still wait for data.
+    assert!(frames(&mut p.b).is_empty());
+    p.b.handle_timeout(ms(11));
+    feed(&mut p.a, ms(12), &p.idb, frames(&mut p.b));
+    assert!(p.a.is_quiescent());
+
+    // What does not fit one datagram goes in the next.
+    let big = vec![7; 600];
+    p.a.send(ms(20), &p.idb, big.clone()).unwrap();
+    p.a.send(ms(20), &p.idb, big.clone()).unwrap();
+    assert_eq!(frames(&mut p.a).len(), 2);
+
+    // A bundle larger than any sender makes is refused whole.
+    let mut q = Pair::new(delayed_acks(), 1_000);
+    q.a.send(ms(0), &q.idb, msg(1)).unwrap();
+    let segment = data(&mut q.a).remove(0);
+    q.b.handle_bundle(ms(1), &q.ida, vec![segment; MAX_BUNDLE + 1]);
+    assert!(delivered(&mut q.b).is_empty());
+    assert_eq!(q.b.stats().malformed_dropped, 1);
+}
+
+#[test]
 fn every_second_segment_is_acknowledged_at_once() {
     let mut p = Pair::new(delayed_acks(), 100);
     p.a.send(ms(0), &p.idb, msg(1)).unwrap();
@@ -159,9 +198,10 @@ fn frames(r: &mut Reliable) -> Vec<Frame> {
 fn data(r: &mut Reliable) -> Vec<Segment> {
     frames(r)
         .into_iter()
-        .filter_map(|f| match f {
-            Frame::Data(s) => Some(s),
-            _ => None,
+        .flat_map(|f| match f {
+            Frame::Data(s) => vec![s],
+            Frame::Bundle(segments) => segments,
+            _ => Vec::new(),
         })
         .collect()
 }
@@ -170,6 +210,7 @@ fn feed(r: &mut Reliable, now: Instant, from: &MemberId, frames: Vec<Frame>) {
     for frame in frames {
         match frame {
             Frame::Data(s) => r.handle_segment(now, from, s),
+            Frame::Bundle(b) => r.handle_bundle(now, from, b),
             Frame::Ack(a) => r.handle_ack(now, from, a),
             other => panic!("unexpected frame {other:?}"),
         }

@@ -439,7 +439,9 @@ impl Reliable {
                     // Whatever else is ready for the peer and fits rides in the same datagram.
                     let mut bundle = Vec::new();
                     let mut used = segment.payload.0.len();
-                    while bundle.len() + 1 < MAX_BUNDLE {
+                    while bundle.len() + 1 < MAX_BUNDLE
+                        && used + BUNDLED_SEGMENT_OVERHEAD_MAX < self.max_fragment_len
+                    {
                         let Some(len) = stream.next_len(window, self.max_fragment_len) else {
                             break;
                         };

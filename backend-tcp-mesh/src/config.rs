@@ -11,6 +11,9 @@ use crate::frame::{HEADER_LEN, MAX_HELLO_FRAME};
 /// The smallest [`TcpConfig::max_frame`] accepted, in bytes.
 pub const MIN_FRAME: usize = 512;
 
+/// The longest duration any setting of [`TcpConfig`] may have: one hour.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
 /// Where the TCP mesh listens, whom it asks first, and how much it buffers per member.
 ///
 /// The defaults ([`TcpConfig::loopback`]) keep everything on this host: the listener on
@@ -26,6 +29,15 @@ pub const MIN_FRAME: usize = 512;
 /// address is in reconnect backoff gets every frame dropped until the backoff ends. The
 /// reliable layer of `conclave-protocol` retransmits what matters.
 ///
+/// # Connection limits and idle connections
+/// [`TcpConfig::max_connections`] bounds the connections other hosts open to this member and,
+/// counted separately, the ones it dials itself, so connections others open can never use up
+/// the slots of its own dials. Every connection has TCP keepalive (and, on Linux, a TCP user
+/// timeout), so a peer that vanished without a FIN or reset is noticed within about half a
+/// minute. An inbound connection that delivers no frame for [`TcpConfig::idle_timeout`] is
+/// closed: members send to each other far more often, and a closed connection is dialled again
+/// on the next send.
+///
 /// ```
 /// use std::time::Duration;
 /// use conclave_tcp::TcpConfig;
@@ -36,13 +48,16 @@ pub const MIN_FRAME: usize = 512;
 ///     ..TcpConfig::loopback()
 /// };
 /// assert!(config.validate().is_ok());
+/// // One whole frame and its prefix behind the longest hello.
+/// assert_eq!(config.min_send_queue_bytes(), config.max_frame + 44);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
     /// The listen address: members reach this one here, and it is this member's transport
     /// address ([`Transport::local_addr`](conclave_lock_api::Transport::local_addr)). IPv4 or
     /// IPv6; the port may be 0 (the system picks one); the IP must not be unspecified.
-    /// Default `127.0.0.1:0`.
+    /// Connections to other members are made from this IP too, since a member checks that a
+    /// connection comes from the IP its hello names. Default `127.0.0.1:0`.
     pub bind: SocketAddr,
     /// Members contacted by discovery even before they are connected (as JGroups' TCPPING
     /// `initial_hosts`). Empty is fine for the first member of a cluster; our own listen
@@ -54,11 +69,12 @@ pub struct TcpConfig {
     /// ([`MAX_PACKET_LEN`]); default 65,535. Every member of a cluster should use the same value.
     pub max_frame: usize,
     /// The bytes (frames and their 4-byte prefixes) queued for one member before new frames to
-    /// it are dropped. At least `max_frame + 64`; default 4 MiB. Larger rides out longer stalls
-    /// of a slow member at the cost of memory.
+    /// it are dropped. At least [`TcpConfig::min_send_queue_bytes`], `max_frame + 44` (one
+    /// frame and its prefix behind the longest hello); default 4 MiB. Larger rides out longer
+    /// stalls of a slow member at the cost of memory.
     pub send_queue_bytes: usize,
     /// How long a connection attempt may take before it counts as failed. Must not be zero;
-    /// default 2 s.
+    /// default 2 s. Like every duration here, at most [`MAX_DURATION`] (one hour).
     pub connect_timeout: Duration,
     /// The wait after the first failed connection attempt to an address; it doubles with every
     /// further consecutive failure up to [`TcpConfig::reconnect_backoff_max`] and resets once a
@@ -68,13 +84,21 @@ pub struct TcpConfig {
     /// The longest wait between connection attempts to one address. At least
     /// `reconnect_backoff_min`; default 5 s.
     pub reconnect_backoff_max: Duration,
-    /// The most connections open at once, inbound and outbound, in any state. Inbound
-    /// connections beyond it are closed at once; frames that would need another outbound one
-    /// are dropped. At least 1; default 1,024.
+    /// The most inbound connections (accepted from other hosts) open at once, in any state,
+    /// and separately the most outbound ones (dialled by this member): inbound connections
+    /// never count against our dials, so at most twice this many sockets are open. An inbound
+    /// connection beyond it is closed at once; a frame that would need another outbound one is
+    /// dropped. At least 1; default 1,024.
     pub max_connections: usize,
     /// How long a connection may stay without a valid hello from its peer before it is closed.
     /// Must not be zero; default 5 s.
     pub handshake_timeout: Duration,
+    /// How long an inbound connection may deliver no frame (after its hello) before it is
+    /// closed. Members send to each other far more often (heartbeats), and a closed connection
+    /// is dialled again on the next send, so this only reaps connections a peer holds open
+    /// without using them. Outbound connections are not subject to it. Must not be zero;
+    /// default 60 s.
+    pub idle_timeout: Duration,
     /// How long [`Transport::close`](conclave_lock_api::Transport::close) spends flushing queued
     /// frames before it closes every connection anyway; also how long a duplicate connection
     /// may take to wind down. Zero closes at once; default 1 s.
@@ -100,6 +124,7 @@ impl TcpConfig {
             reconnect_backoff_max: Duration::from_secs(5),
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
             close_timeout: Duration::from_secs(1),
         }
     }
@@ -140,9 +165,22 @@ impl TcpConfig {
             ("connect_timeout", self.connect_timeout),
             ("reconnect_backoff_min", self.reconnect_backoff_min),
             ("handshake_timeout", self.handshake_timeout),
+            ("idle_timeout", self.idle_timeout),
         ] {
             if value.is_zero() {
                 return Err(TcpConfigError::ZeroDuration(name));
+            }
+        }
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("reconnect_backoff_min", self.reconnect_backoff_min),
+            ("reconnect_backoff_max", self.reconnect_backoff_max),
+            ("handshake_timeout", self.handshake_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("close_timeout", self.close_timeout),
+        ] {
+            if value > MAX_DURATION {
+                return Err(TcpConfigError::LongDuration(name));
             }
         }
         if self.reconnect_backoff_max < self.reconnect_backoff_min {
@@ -182,6 +220,9 @@ pub enum TcpConfigError {
     /// A duration that must be positive is zero.
     #[error("{0} must not be zero")]
     ZeroDuration(&'static str),
+    /// A duration is longer than [`MAX_DURATION`].
+    #[error("{0} must not exceed one hour")]
+    LongDuration(&'static str),
     /// The backoff's maximum is below its minimum.
     #[error("reconnect_backoff_max {max:?} is below reconnect_backoff_min {min:?}")]
     Backoff {
@@ -256,9 +297,45 @@ mod tests {
         assert!(matches!(c.validate(), Err(TcpConfigError::Backoff { .. })));
         let c = TcpConfig {
             max_connections: 0,
-            ..base
+            ..base.clone()
         };
         assert_eq!(c.validate(), Err(TcpConfigError::NoConnections));
+        let c = TcpConfig {
+            idle_timeout: Duration::ZERO,
+            ..base.clone()
+        };
+        assert_eq!(
+            c.validate(),
+            Err(TcpConfigError::ZeroDuration("idle_timeout"))
+        );
+    }
+
+    #[test]
+    fn every_duration_is_bounded_by_an_hour() {
+        let base = TcpConfig::loopback();
+        let long = MAX_DURATION + Duration::from_nanos(1);
+        type Set = fn(&mut TcpConfig, Duration);
+        let cases: [(&str, Set); 6] = [
+            ("connect_timeout", |c, d| c.connect_timeout = d),
+            ("reconnect_backoff_min", |c, d| {
+                c.reconnect_backoff_min = d;
+                c.reconnect_backoff_max = d;
+            }),
+            ("reconnect_backoff_max", |c, d| c.reconnect_backoff_max = d),
+            ("handshake_timeout", |c, d| c.handshake_timeout = d),
+            ("idle_timeout", |c, d| c.idle_timeout = d),
+            ("close_timeout", |c, d| c.close_timeout = d),
+        ];
+        for (name, set) in cases {
+            let mut c = base.clone();
+            set(&mut c, MAX_DURATION);
+            assert_eq!(c.validate(), Ok(()), "{name} of exactly an hour");
+            for value in [long, Duration::MAX] {
+                let mut c = base.clone();
+                set(&mut c, value);
+                assert_eq!(c.validate(), Err(TcpConfigError::LongDuration(name)));
+            }
+        }
     }
 
     #[test]

@@ -6,22 +6,67 @@
 //! [`Doorbell`](crate::wake::Doorbell) hears when to come back. Without one (the blocking
 //! receive), nothing is registered: the caller polls the socket itself, for what
 //! [`Conn::waits_for`] says.
+//!
+//! Every socket has TCP keepalive ([`keep_alive`]), so a peer that vanished without FIN or
+//! reset is noticed even on a connection nothing is sent on.
 
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_io::Async;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
+use tracing::debug;
 
 use crate::frame::{self, FrameReader, Parsed, HEADER_LEN, MAX_HELLO};
 use crate::queue::SendQueue;
 
 /// Reads and writes attempted per call before yielding to other connections.
 const IO_BUDGET: usize = 64;
+
+/// Idle time before the first keepalive probe.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// Time between keepalive probes, where the system lets us set it.
+#[cfg_attr(
+    not(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "illumos",
+        target_os = "ios",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+        target_os = "windows",
+    )),
+    allow(dead_code)
+)]
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered keepalive probes before the connection is reset, where the system lets us set it.
+#[cfg_attr(
+    not(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "illumos",
+        target_os = "ios",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+    )),
+    allow(dead_code)
+)]
+const KEEPALIVE_RETRIES: u32 = 3;
+/// How long sent data may stay unacknowledged before the connection is reset (Linux's
+/// `TCP_USER_TIMEOUT`; keepalive alone does not probe while data is outstanding): as long as
+/// the keepalive probes take to give up.
+#[cfg_attr(not(any(target_os = "android", target_os = "linux")), allow(dead_code))]
+const USER_TIMEOUT: Duration = Duration::from_secs(
+    KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * KEEPALIVE_RETRIES as u64,
+);
 
 /// The socket, connecting or connected. Shared (`Arc`) only so that a thread blocked in
 /// `poll(2)` keeps the descriptor it polls open, even if the connection is dropped meanwhile.
@@ -51,6 +96,9 @@ pub(crate) enum Received {
     Frame(Vec<u8>),
     /// Nothing more now; the reactor will ring (or the caller's `poll` say so).
     Blocked,
+    /// The read budget is spent and bytes are still coming: serve the connection again soon.
+    /// Nothing else announces it: the bytes may all be in the buffer already.
+    Again,
     /// The peer closed its side.
     Eof,
     /// A prefix announced this many bytes, above the limit.
@@ -64,17 +112,26 @@ pub(crate) struct Conn {
     pub(crate) waker: Waker,
     /// Whether we dialled it.
     pub(crate) outbound: bool,
-    /// The member address it is registered under: the address dialled, or the hello's.
-    pub(crate) key: Option<SocketAddr>,
+    /// The address we dialled (outbound connections only): its backoff is the one a failure
+    /// counts against.
+    pub(crate) dialled: Option<SocketAddr>,
+    /// The IP at the other end of the socket: the one dialled, or the one accepted from.
+    pub(crate) peer_ip: IpAddr,
+    /// The member addresses whose frames go on this connection (see `Peer::conn`): the
+    /// address dialled, the hello's, or both when they differ (the dialled one is an alias).
+    pub(crate) keys: Vec<SocketAddr>,
     /// The peer's listen address and instance, from its hello.
     pub(crate) hello: Option<frame::Hello>,
+    /// When the peer's hello or last frame arrived (the idle timeout counts from it).
+    pub(crate) last_rx: Option<Instant>,
     /// A duplicate (or a member's connection at close): flush, send FIN, read to EOF, drop.
     pub(crate) draining: bool,
     /// We sent FIN.
     pub(crate) write_shut: bool,
     /// The peer sent FIN.
     pub(crate) read_eof: bool,
-    /// When the current step (dial, hello, winding down) times out.
+    /// When the current step (dial, hello, idleness of an inbound connection, winding down)
+    /// times out.
     pub(crate) deadline: Option<Instant>,
     /// Whether the token is in the mesh's work list.
     pub(crate) scheduled: bool,
@@ -87,7 +144,9 @@ impl fmt::Debug for Conn {
         f.debug_struct("Conn")
             .field("dialing", &self.is_dialing())
             .field("outbound", &self.outbound)
-            .field("key", &self.key)
+            .field("dialled", &self.dialled)
+            .field("peer_ip", &self.peer_ip)
+            .field("keys", &self.keys)
             .field("hello", &self.hello)
             .field("draining", &self.draining)
             .field("queued_bytes", &self.queue.bytes())
@@ -96,58 +155,105 @@ impl fmt::Debug for Conn {
 }
 
 impl Conn {
-    /// A connection to `addr`, its non-blocking connect started; `hello` is queued.
-    /// [`Conn::poll_dial`] completes the connect.
+    /// A connection to `addr` from the IP of `local` (our listen address, so that the peer
+    /// sees the connection come from the IP our hello names), its non-blocking connect
+    /// started; `hello` is queued. [`Conn::poll_dial`] completes the connect.
     ///
     /// # Errors
     /// The socket could not be made, or the connect failed at once (refused, unreachable).
     pub(crate) fn dial(
         addr: SocketAddr,
+        local: SocketAddr,
         waker: Waker,
         hello: Vec<u8>,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> io::Result<Self> {
         // Close-on-exec (and no SIGPIPE where the system has the option) from socket2.
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         socket.set_nonblocking(true)?;
+        keep_alive(SockRef::from(&socket));
+        if local.is_ipv4() == addr.is_ipv4() {
+            let mut from = local;
+            from.set_port(0);
+            socket.bind(&from.into())?;
+        }
         match socket.connect(&addr.into()) {
             Ok(()) => {}
             Err(e) if connect_in_progress(&e) => {}
             Err(e) => return Err(e),
         }
         let stream = Async::new_nonblocking(TcpStream::from(socket))?;
-        let mut conn = Self::new(Link::Dialing(Arc::new(stream)), waker, hello, deadline);
+        let link = Link::Dialing(Arc::new(stream));
+        let mut conn = Self::new(link, addr.ip(), waker, hello, deadline);
         conn.outbound = true;
-        conn.key = Some(addr);
+        conn.dialled = Some(addr);
+        conn.keys.push(addr);
         Ok(conn)
     }
 
-    /// An accepted connection; `hello` is queued.
+    /// An accepted connection from `peer`; `hello` is queued. Turns keepalive on.
     pub(crate) fn accepted(
         stream: Async<TcpStream>,
+        peer: SocketAddr,
         waker: Waker,
         hello: Vec<u8>,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> Self {
-        Self::new(Link::Up(Arc::new(stream)), waker, hello, deadline)
+        keep_alive(SockRef::from(stream.get_ref()));
+        Self::new(
+            Link::Up(Arc::new(stream)),
+            peer.ip(),
+            waker,
+            hello,
+            deadline,
+        )
     }
 
-    fn new(link: Link, waker: Waker, hello: Vec<u8>, deadline: Instant) -> Self {
+    fn new(
+        link: Link,
+        peer_ip: IpAddr,
+        waker: Waker,
+        hello: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> Self {
         let mut queue = SendQueue::default();
         queue.push_hello(hello);
         Self {
             link,
             waker,
             outbound: false,
-            key: None,
+            dialled: None,
+            peer_ip,
+            keys: Vec::new(),
             hello: None,
+            last_rx: None,
             draining: false,
             write_shut: false,
             read_eof: false,
-            deadline: Some(deadline),
+            deadline,
             scheduled: false,
             reader: FrameReader::default(),
             queue,
+        }
+    }
+
+    /// The member this connection belongs to, as far as known: the hello's address, or the
+    /// address dialled.
+    pub(crate) fn member(&self) -> Option<SocketAddr> {
+        self.hello.map(|h| h.addr).or(self.dialled)
+    }
+
+    /// Whether the connection can still carry frames both ways, as far as can be told without
+    /// reading: not winding down, not closed by us, and no FIN, reset or error from the peer
+    /// waiting on the socket (even if the mesh has not read up to it yet). A connect in
+    /// progress counts as live.
+    pub(crate) fn is_live(&self) -> bool {
+        if self.draining || self.write_shut || self.read_eof {
+            return false;
+        }
+        match &self.link {
+            Link::Dialing(_) => true,
+            Link::Up(stream) => !peer_gone(stream),
         }
     }
 
@@ -176,26 +282,43 @@ impl Conn {
     }
 
     /// Checks on the connect; `Ready(Ok)` once the socket is up (at once if it already was).
-    /// With `cx`, a connect still in progress registers writability with the reactor.
+    /// With `cx`, a connect still in progress registers writability with the reactor; without
+    /// (the blocking receive), a `poll` that does not wait tells whether it is over.
+    ///
+    /// A socket that is ready (writable, or hung up) but neither connected nor failed counts
+    /// as failed, in both modes: otherwise a blocking receive would be woken for it again and
+    /// again until the connect timeout.
     pub(crate) fn poll_dial(&mut self, cx: Option<&mut Context<'_>>) -> Poll<io::Result<()>> {
         let Link::Dialing(stream) = &self.link else {
             return Poll::Ready(Ok(()));
         };
         let stream = Arc::clone(stream);
-        let status = match (connect_status(stream.get_ref()), cx) {
-            (Poll::Pending, Some(cx)) => match stream.poll_writable(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                // Writable: the connect is over, one way or the other.
-                Poll::Ready(Ok(())) => match connect_status(stream.get_ref()) {
+        let status = match connect_status(stream.get_ref()) {
+            Poll::Pending => {
+                let over = match cx {
+                    Some(cx) => match stream.poll_writable(cx) {
+                        Poll::Pending => false,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Ready(Ok(())) => true,
+                    },
+                    None => match connect_over(&stream) {
+                        Ok(over) => over,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                };
+                if !over {
+                    return Poll::Pending;
+                }
+                // Ready: the connect is over, one way or the other.
+                match connect_status(stream.get_ref()) {
                     Poll::Pending => Poll::Ready(Err(io::Error::new(
                         ErrorKind::NotConnected,
                         "connect ended without a connection",
                     ))),
                     ready => ready,
-                },
-            },
-            (status, _) => status,
+                }
+            }
+            ready => ready,
         };
         match status {
             Poll::Ready(Ok(())) => {
@@ -296,9 +419,8 @@ impl Conn {
 
     /// Returns the next whole frame, reading as needed; registers readability when the
     /// socket has nothing more (if there is `cx`). Before the hello the limit is the hello's
-    /// size, after it `max_frame`. If the I/O budget runs out the connection rings itself
-    /// (with `cx`; without, the socket stays readable for the caller's poll) and reports
-    /// [`Received::Blocked`].
+    /// size, after it `max_frame`. If the I/O budget runs out before a whole frame is in, it
+    /// reports [`Received::Again`]: the caller serves the connection again after the others.
     ///
     /// # Errors
     /// The socket failed; the connection is broken.
@@ -318,33 +440,21 @@ impl Conn {
         if self.read_eof {
             return Ok(Received::Eof);
         }
-        for _ in 0..IO_BUDGET {
-            match self.reader.parse(limit) {
-                Parsed::Frame(payload) => return Ok(Received::Frame(payload)),
-                Parsed::TooLong(len) => return Ok(Received::TooLong(len)),
-                Parsed::Incomplete => {}
-            }
-            match self.reader.read_from(stream.get_ref(), limit) {
-                Ok(0) => {
-                    self.read_eof = true;
-                    return Ok(Received::Eof);
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
-                        Some(Poll::Ready(Ok(()))) => {}
-                        Some(Poll::Ready(Err(e))) => return Err(e),
-                        Some(Poll::Pending) | None => return Ok(Received::Blocked),
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        let received = read_some(
+            &mut self.reader,
+            stream.get_ref(),
+            limit,
+            IO_BUDGET,
+            || match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
+                Some(Poll::Ready(Ok(()))) => Ok(true),
+                Some(Poll::Ready(Err(e))) => Err(e),
+                Some(Poll::Pending) | None => Ok(false),
+            },
+        )?;
+        if received == Received::Eof {
+            self.read_eof = true;
         }
-        if let Some(cx) = cx {
-            cx.waker().wake_by_ref();
-        }
-        Ok(Received::Blocked)
+        Ok(received)
     }
 
     /// Reads and drops whatever the peer sent that is waiting, so closing the socket sends FIN
@@ -361,6 +471,127 @@ impl Conn {
             }
         }
     }
+}
+
+/// Parses and reads `source` alternately, at most `budget` reads: the next whole frame, or
+/// why there is none. On `WouldBlock`, `blocked` says whether to try again (the reactor says
+/// the socket became readable meanwhile) or to report [`Received::Blocked`].
+fn read_some(
+    reader: &mut FrameReader,
+    mut source: impl Read,
+    limit: usize,
+    budget: usize,
+    mut blocked: impl FnMut() -> io::Result<bool>,
+) -> io::Result<Received> {
+    for _ in 0..budget {
+        match reader.parse(limit) {
+            Parsed::Frame(payload) => return Ok(Received::Frame(payload)),
+            Parsed::TooLong(len) => return Ok(Received::TooLong(len)),
+            Parsed::Incomplete => {}
+        }
+        match reader.read_from(&mut source, limit) {
+            Ok(0) => return Ok(Received::Eof),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if !blocked()? {
+                    return Ok(Received::Blocked);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // The last read may have completed a frame: take it now. A socket with nothing more to
+    // read would never announce it (the blocking receive polls the socket, not the buffer).
+    Ok(match reader.parse(limit) {
+        Parsed::Frame(payload) => Received::Frame(payload),
+        Parsed::TooLong(len) => Received::TooLong(len),
+        Parsed::Incomplete => Received::Again,
+    })
+}
+
+/// Turns on TCP keepalive: first probe after [`KEEPALIVE_IDLE`], then every
+/// [`KEEPALIVE_INTERVAL`], reset after [`KEEPALIVE_RETRIES`] unanswered ones (where the system
+/// lets us set those), and on Linux a [`USER_TIMEOUT`] for data never acknowledged. A failure
+/// is logged, not fatal: the idle timeout and the protocol's failure detection remain.
+pub(crate) fn keep_alive(socket: SockRef<'_>) {
+    let params = TcpKeepalive::new().with_time(KEEPALIVE_IDLE);
+    #[cfg(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "illumos",
+        target_os = "ios",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+        target_os = "windows",
+    ))]
+    let params = params.with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(
+        target_os = "android",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "illumos",
+        target_os = "ios",
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "netbsd",
+    ))]
+    let params = params.with_retries(KEEPALIVE_RETRIES);
+    if let Err(error) = socket.set_tcp_keepalive(&params) {
+        debug!(%error, "could not turn TCP keepalive on");
+    }
+    #[cfg(any(target_os = "android", target_os = "linux"))]
+    if let Err(error) = socket.set_tcp_user_timeout(Some(USER_TIMEOUT)) {
+        debug!(%error, "could not set the TCP user timeout");
+    }
+}
+
+/// Whether the peer closed or broke the connection: a FIN, reset or error is waiting on the
+/// socket. Reads nothing.
+#[cfg(any(target_os = "android", target_os = "linux"))]
+fn peer_gone(stream: &Async<TcpStream>) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+    let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
+    match poll(&mut fds, Some(&Timespec::default())) {
+        Ok(_) => fds[0]
+            .revents()
+            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL),
+        Err(_) => false,
+    }
+}
+
+/// Whether the peer closed or broke the connection: a FIN, reset or error is waiting on the
+/// socket. Reads nothing; a FIN behind data not yet read goes unnoticed here.
+#[cfg(not(any(target_os = "android", target_os = "linux")))]
+fn peer_gone(stream: &Async<TcpStream>) -> bool {
+    match stream.get_ref().peek(&mut [0u8; 1]) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+    }
+}
+
+/// Whether a connect in progress is over (the socket is writable, hung up or failed), by a
+/// `poll` that does not wait.
+#[cfg(unix)]
+fn connect_over(stream: &Async<TcpStream>) -> io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+    let mut fds = [PollFd::new(stream, PollFlags::OUT)];
+    match poll(&mut fds, Some(&Timespec::default())) {
+        Ok(_) => Ok(!fds[0].revents().is_empty()),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Without `poll(2)` there is no blocking receive, and nothing to tell: the connect is over
+/// when the reactor says so, or at its timeout.
+#[cfg(not(unix))]
+fn connect_over(_: &Async<TcpStream>) -> io::Result<bool> {
+    Ok(false)
 }
 
 /// Whether a non-blocking connect's error only says it goes on in the background.
@@ -384,5 +615,132 @@ fn connect_status(stream: &TcpStream) -> Poll<io::Result<()>> {
             Ok(Some(error)) | Err(error) => Poll::Ready(Err(error)),
         },
         Err(e) => Poll::Ready(Err(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(unix)]
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::frame::encode;
+    #[cfg(unix)]
+    use crate::frame::Hello;
+
+    /// A source handing out its bytes one at a time, never blocking.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Err(ErrorKind::WouldBlock.into());
+            };
+            buf[0] = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    fn no_reactor() -> io::Result<bool> {
+        Ok(false)
+    }
+
+    #[test]
+    fn a_frame_completed_by_the_last_read_of_the_budget_is_returned() {
+        // 14 bytes, one per read: the 14th read, the last of a budget of 14, completes it.
+        // Nothing else would announce it: the source has nothing more.
+        let bytes = encode(b"ten bytes!");
+        let mut reader = FrameReader::default();
+        let got = read_some(&mut reader, Trickle(&bytes), 100, bytes.len(), no_reactor);
+        assert_eq!(got.unwrap(), Received::Frame(b"ten bytes!".to_vec()));
+    }
+
+    #[test]
+    fn a_spent_budget_asks_to_be_served_again() {
+        let bytes = encode(b"ten bytes!");
+        let mut reader = FrameReader::default();
+        let mut source = Trickle(&bytes);
+        let got = read_some(&mut reader, &mut source, 100, 5, no_reactor);
+        assert_eq!(got.unwrap(), Received::Again);
+        let got = read_some(&mut reader, &mut source, 100, 64, no_reactor);
+        assert_eq!(got.unwrap(), Received::Frame(b"ten bytes!".to_vec()));
+        let got = read_some(&mut reader, &mut source, 100, 64, no_reactor);
+        assert_eq!(got.unwrap(), Received::Blocked);
+    }
+
+    #[cfg(unix)]
+    fn hello() -> Vec<u8> {
+        Hello {
+            instance: 1,
+            addr: "127.0.0.1:7800".parse().unwrap(),
+        }
+        .encode()
+    }
+
+    /// A socket that polls ready (writable and hung up: it never connected) but is neither
+    /// connected nor failed, as a connect whose error was already taken leaves it.
+    #[cfg(unix)]
+    #[test]
+    fn a_ready_socket_that_never_connected_fails_the_dial_in_blocking_mode() {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let stream = Async::new_nonblocking(TcpStream::from(socket)).unwrap();
+        let link = Link::Dialing(Arc::new(stream));
+        let ip = "127.0.0.1".parse().unwrap();
+        let mut conn = Conn::new(link, ip, futures::task::noop_waker(), hello(), None);
+        let Poll::Ready(Err(error)) = conn.poll_dial(None) else {
+            panic!("a ready socket without a connection is a failed connect");
+        };
+        assert_eq!(error.kind(), ErrorKind::NotConnected);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_connect_in_progress_stays_pending_in_blocking_mode() {
+        // 192.0.2.0/24 is reserved for documentation: nothing answers, so the connect stays
+        // in progress (or fails at once where there is no route; then there is nothing to
+        // check).
+        let Ok(mut conn) = Conn::dial(
+            "192.0.2.1:9".parse().unwrap(),
+            "0.0.0.0:0".parse().unwrap(),
+            futures::task::noop_waker(),
+            hello(),
+            None,
+        ) else {
+            return;
+        };
+        match conn.poll_dial(None) {
+            Poll::Pending => {}
+            // Unreachable from here: failed, not stuck.
+            Poll::Ready(Err(_)) => {}
+            Poll::Ready(Ok(())) => panic!("connected to a documentation address"),
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn every_connection_has_keepalive() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let local = "127.0.0.1:0".parse().unwrap();
+        let waker = futures::task::noop_waker();
+        let dialled = Conn::dial(addr, local, waker.clone(), hello(), None).unwrap();
+        let (stream, peer) = listener.accept().unwrap();
+        let accepted = Conn::accepted(Async::new(stream).unwrap(), peer, waker, hello(), None);
+        for conn in [&dialled, &accepted] {
+            let socket = SockRef::from(conn.socket().get_ref());
+            assert!(socket.keepalive().unwrap());
+            #[cfg(any(target_os = "android", target_os = "linux"))]
+            {
+                assert_eq!(socket.keepalive_time().unwrap(), KEEPALIVE_IDLE);
+                assert_eq!(socket.keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+                assert_eq!(socket.keepalive_retries().unwrap(), KEEPALIVE_RETRIES);
+                assert_eq!(socket.tcp_user_timeout().unwrap(), Some(USER_TIMEOUT));
+            }
+        }
+        // The dial went out from the listen IP.
+        assert_eq!(dialled.peer_ip, addr.ip());
+        assert_eq!(accepted.peer_ip, peer.ip());
     }
 }

@@ -4,7 +4,8 @@
 //! is `b"CNCL"`, the version byte [`VERSION`], this process's 8-byte instance id (big-endian),
 //! then the sender's listen address: family byte `4` with 4 address bytes and a 2-byte port
 //! (20 bytes), or family byte `6` with 16 address bytes, a 2-byte port and a 4-byte scope id
-//! (36 bytes).
+//! (36 bytes). The address must be one a member can be dialled at: not unspecified, not
+//! multicast or broadcast, and not port 0.
 
 use std::io::{self, Read};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -60,6 +61,9 @@ pub(crate) enum HelloError {
     /// The length or address family is wrong.
     #[error("malformed hello")]
     Malformed,
+    /// The listen address cannot be dialled: unspecified, multicast or broadcast IP, or port 0.
+    #[error("hello names {0}, which cannot be dialled")]
+    Address(SocketAddr),
 }
 
 impl Hello {
@@ -117,8 +121,19 @@ impl Hello {
             }
             _ => return Err(HelloError::Malformed),
         };
+        if !dialable(addr) {
+            return Err(HelloError::Address(addr));
+        }
         Ok(Self { instance, addr })
     }
+}
+
+/// Whether `addr` can be a member's listen address: a unicast IP that is not unspecified, and
+/// a port other than 0.
+fn dialable(addr: SocketAddr) -> bool {
+    let ip = addr.ip().to_canonical();
+    let broadcast = matches!(ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+    addr.port() != 0 && !ip.is_unspecified() && !ip.is_multicast() && !broadcast
 }
 
 /// The first `N` bytes as an array, and the rest.
@@ -277,6 +292,28 @@ mod tests {
             Err(HelloError::Malformed)
         );
         assert_eq!(Hello::decode(b"GET "), Err(HelloError::Magic));
+    }
+
+    #[test]
+    fn hellos_must_name_a_dialable_address() {
+        for addr in [
+            "127.0.0.1:0",
+            "0.0.0.0:7800",
+            "224.0.0.1:7800",
+            "255.255.255.255:7800",
+            "[::]:7800",
+            "[ff02::1]:7800",
+            "[::ffff:0.0.0.0]:7800",
+            "[::ffff:239.1.2.3]:7800",
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let payload = Hello { instance: 1, addr }.encode()[HEADER_LEN..].to_vec();
+            assert_eq!(
+                Hello::decode(&payload),
+                Err(HelloError::Address(addr)),
+                "{addr}"
+            );
+        }
     }
 
     #[test]

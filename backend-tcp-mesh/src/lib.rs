@@ -9,9 +9,16 @@
 //! A member is known by its listen address ([`TcpConfig::bind`], with the real port once
 //! bound): that is its [`Transport::local_addr`](conclave_lock_api::Transport::local_addr),
 //! the address `send_to` dials, and the `from` of every datagram it sends. Discovery
-//! (`send_discovery`) goes to every seed and every member with a connection, never to
-//! ourselves; a seed answers with its view and the protocol then writes to the members by
-//! address, which connects them.
+//! (`send_discovery`) goes to every seed and every member with a connection, once per
+//! connection and never to ourselves; a seed answers with its view and the protocol then writes
+//! to the members by address, which connects them. Outbound connections are made from the IP of
+//! the listen address, so that they come from the IP the member is known by.
+//!
+//! A member may be dialled under another address than the one it listens on: a seed behind a
+//! DNS alias or a port forward. The connection's hello then names the member's listen address,
+//! and the connection is registered under both: the listen address is the member's identity
+//! (the `from` of its frames), the dialled one an alias, and frames to either go on that one
+//! connection.
 //!
 //! # Frames and the handshake
 //! Every frame is a 4-byte big-endian payload length, then the payload (at most
@@ -21,20 +28,72 @@
 //! port bytes, 4 scope-id bytes (all big-endian). A first frame that is not such a hello, an
 //! unknown version, or a length prefix above the limit closes the connection at once, before
 //! anything of the announced size is allocated; a connection without a hello within
-//! [`TcpConfig::handshake_timeout`] is closed too. What follows the hello is delivered as is:
-//! foreign bytes on a valid connection are the protocol's to reject.
+//! [`TcpConfig::handshake_timeout`] is closed too. So is a hello naming an address no member
+//! can listen on (an unspecified, multicast or broadcast IP, or port 0), our own address, or,
+//! on an inbound connection, another IP than the one the connection comes from (see
+//! [Trust](#trust)). What follows the hello is delivered as is: foreign bytes on a valid
+//! connection are the protocol's to reject.
 //!
 //! # Connections
-//! - One connection per member pair, with `TCP_NODELAY`. When two members dial each other at
-//!   once, both keep the connection dialled by the lower listen address; the other is wound
-//!   down gracefully — frames not yet written move over, the rest is flushed, FIN is sent and
-//!   it is read to its end — so no frame is lost or delivered twice.
-//! - A new inbound connection from a member that restarted (a new instance id) or that opened
-//!   a second connection (it gave up its first) replaces the old one.
+//! - One connection per member pair, with `TCP_NODELAY` and TCP keepalive (first probe after
+//!   10 s idle, then every 5 s, reset after 3 unanswered, where the system lets us set those;
+//!   on Linux also a 25 s `TCP_USER_TIMEOUT` for data never acknowledged), so a peer that
+//!   vanished without FIN or reset is noticed.
+//! - When a connection's hello names a member that already has a connection, one of the two
+//!   stays and the other goes:
+//!   - if the old one is gone (the peer's FIN, reset or an error is waiting on it, even unread
+//!     yet, or it is closing), the new one replaces it: a member that restarted (a new instance
+//!     id) or reconnected ([`TcpStats::replaced`]);
+//!   - if both are the same instance's and each end dialled one, it is a simultaneous connect:
+//!     both ends keep the connection dialled by the lower listen address
+//!     ([`TcpStats::duplicates_resolved`]);
+//!   - otherwise the established, live connection stays ([`TcpStats::duplicates_refused`]): a
+//!     newcomer of the same instance (a second connection, a second dial under an alias) is
+//!     wound down, its addresses joining the old one; a newcomer of another instance is
+//!     closed at once, unread.
+//!
+//!   The connection that goes is wound down gracefully: frames not yet written on it move to
+//!   the one that stays, the rest is flushed, FIN is sent and it is read to its end (frames
+//!   read meanwhile are delivered), within [`TcpConfig::close_timeout`]. This converges to one
+//!   connection: both ends decide a simultaneous connect alike; in the rare case they see two
+//!   other connections complete in opposite orders, each winds down the one the other keeps,
+//!   both close, and the next send dials one anew.
+//! - What a wind-down can lose, always counted: frames the remaining connection's queue has no
+//!   room for ([`TcpStats::dropped_queue_full`]); frames still queued on a connection whose
+//!   wind-down outlasts `close_timeout`, or on a connection the peer winds down while this end
+//!   kept it ([`TcpStats::dropped_in_flight`]). No frame is delivered twice.
 //! - A failed connect puts the address in backoff: 50 ms, doubling per consecutive failure up
 //!   to 5 s (configurable), reset by a successful handshake.
+//! - [`TcpConfig::max_connections`] bounds the inbound connections and, counted separately,
+//!   the outbound ones, so connections other hosts open never use up the slots of our own
+//!   dials. An inbound connection that delivers no frame for [`TcpConfig::idle_timeout`]
+//!   (default 60 s; members send to each other far more often) is closed; the member dials
+//!   again when it next sends.
 //! - Memory per connection is bounded: one receive buffer of at most `max_frame + 4` bytes
 //!   and the send queue ([`TcpConfig::send_queue_bytes`]).
+//!
+//! # Trust
+//! The mesh does not authenticate members: a hello is taken at its word, as a UDP backend
+//! takes a datagram's source address. Whoever can open a TCP connection to a member can send
+//! it frames under any listen address at its own IP, and the protocol treats them as it treats
+//! any other frames. Run the mesh on a network you trust, or between hosts joined by a secure
+//! tunnel (WireGuard, IPsec).
+//!
+//! Two checks keep one host from taking over another's traffic. An inbound connection's hello
+//! must name the IP the connection comes from (only the IP: the connection comes from an
+//! ephemeral port), and a live, established connection is never displaced by a newcomer
+//! claiming its member under another instance id (only the simultaneous-connect rule above
+//! lets a newcomer of the same instance win, and the id travels only on that member's own
+//! connections). So a host cannot divert to itself the frames meant for a member at another IP
+//! without spoofing that IP, which TCP's handshake makes hard off the path.
+//!
+//! The checks do not stop a process on the same host, or behind the same NAT address, from
+//! claiming a member at that IP that has no live connection (one that is down, for instance),
+//! nor anyone on the path from reading or altering frames. An outbound connection goes where
+//! we dialled, so its hello is not checked against the IP dialled (a port forward to a seed
+//! works); the alias so learned never displaces a live connection of another instance. Members
+//! behind source NAT fail the check, their connections coming from another IP than the one
+//! they listen on: they must reach each other directly.
 //!
 //! # Slow peers
 //! Sending never blocks on a member: a frame is written if the kernel takes it, queued
@@ -54,10 +113,11 @@
 //!   runs the same drive step, then waits in `poll(2)` on the listener, every connection that
 //!   can make progress (readable once connected; writable while connecting or with bytes
 //!   queued) and a pipe, the doorbell; its timeout is capped at the mesh's next deadline
-//!   (connect, handshake or wind-down timeout, paused accepts). The reactor is not involved:
-//!   the kernel wakes the thread directly. `try_recv` runs the drive step once after a `poll`
-//!   that does not wait; it may run on any thread, even while another blocks in
-//!   `recv_blocking`. `interrupt` rings the doorbell.
+//!   (connect, handshake, idle or wind-down timeout, paused accepts). The reactor is not
+//!   involved: the kernel wakes the thread directly. `try_recv` runs the drive step; if that
+//!   finds no frame, it polls the sockets without waiting and, if any is ready, runs the drive
+//!   step once more. It may run on any thread, even while another blocks in `recv_blocking`.
+//!   `interrupt` rings the doorbell.
 //!
 //! In both modes `send_to` may run on other threads meanwhile; one that leaves work behind
 //! (bytes queued, a connect started) wakes the receiver: a pending `recv` through an event, a
@@ -110,6 +170,6 @@ mod state;
 mod stats;
 mod wake;
 
-pub use config::{TcpConfig, TcpConfigError, MIN_FRAME};
+pub use config::{TcpConfig, TcpConfigError, MAX_DURATION, MIN_FRAME};
 pub use mesh::TcpMesh;
 pub use stats::TcpStats;

@@ -215,14 +215,21 @@ impl Transport for TcpMesh {
     /// Dropped midway, the mesh stays closed to sends and receives; its connections close
     /// when the mesh is dropped (or when `close` is called again).
     async fn close(&self) {
-        let deadline = Instant::now() + self.close_timeout;
+        // Past the end of the clock: flush without a deadline.
+        let deadline = Instant::now().checked_add(self.close_timeout);
         if self.lock().begin_close() {
             loop {
                 let listener = self.bell.listen();
-                if self.lock().flush_for_close() || Instant::now() >= deadline {
+                let late = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+                if self.lock().flush_for_close() || late {
                     break;
                 }
-                select(listener, Timer::at(deadline)).await;
+                match deadline {
+                    Some(deadline) => {
+                        select(listener, Timer::at(deadline)).await;
+                    }
+                    None => listener.await,
+                }
             }
         }
         self.lock().finish_close();

@@ -2,12 +2,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::MAX_DURATION;
 use crate::wake::Token;
 
-/// One member, by listen address.
+/// One member address: its listen address, or an alias under which it was dialled.
 #[derive(Debug, Default)]
 pub(crate) struct Peer {
-    /// The connection frames to this member go on, once dialled or greeted.
+    /// The connection frames to this address go on, once dialled or greeted.
     pub(crate) conn: Option<Token>,
     /// Consecutive failed connection attempts.
     failures: u32,
@@ -22,12 +23,16 @@ impl Peer {
     }
 
     /// Notes a failed attempt: the next waits `min`, doubled per earlier consecutive failure,
-    /// at most `max`.
+    /// at most `max` (and at most [`MAX_DURATION`], whatever the configuration says).
     pub(crate) fn failed(&mut self, now: Instant, min: Duration, max: Duration) {
         let doublings = self.failures.min(31);
         self.failures = self.failures.saturating_add(1);
-        let wait = min.saturating_mul(1 << doublings).min(max);
-        self.retry_at = Some(now + wait);
+        let wait = min
+            .saturating_mul(1 << doublings)
+            .min(max)
+            .min(MAX_DURATION);
+        // Past the end of the clock: no backoff rather than a panic.
+        self.retry_at = now.checked_add(wait);
     }
 
     /// Notes a handshake that succeeded: the backoff starts over.
@@ -44,7 +49,10 @@ impl Peer {
     /// Whether the entry holds nothing worth keeping at `now`: no connection and a backoff
     /// that ended at least `max` ago.
     pub(crate) fn is_stale(&self, now: Instant, max: Duration) -> bool {
-        self.conn.is_none() && self.retry_at.is_none_or(|at| now >= at + max)
+        self.conn.is_none()
+            && self
+                .retry_at
+                .is_none_or(|at| at.checked_add(max).is_some_and(|end| now >= end))
     }
 }
 
@@ -76,5 +84,16 @@ mod tests {
         assert!(!peer.in_backoff(now));
         peer.failed(now, min, max);
         assert_eq!(peer.retry_at.unwrap() - now, min);
+    }
+
+    #[test]
+    fn huge_backoffs_do_not_panic() {
+        let now = Instant::now();
+        let mut peer = Peer::default();
+        for _ in 0..40 {
+            peer.failed(now, Duration::MAX, Duration::MAX);
+        }
+        assert!(peer.in_backoff(now));
+        assert!(!peer.is_stale(now, Duration::MAX));
     }
 }

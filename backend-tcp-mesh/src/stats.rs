@@ -8,7 +8,7 @@ pub struct TcpStats {
     /// Connections open now, in any state (dialling, greeting, established, winding down).
     pub connections: usize,
     /// Members with an established connection now: their hello arrived, and it is the one
-    /// connection frames to them go on.
+    /// connection frames to them go on (a member also known under an alias counts once).
     pub peers: usize,
     /// Bytes queued now, over all connections.
     pub queued_bytes: usize,
@@ -22,24 +22,35 @@ pub struct TcpStats {
     /// Frames dropped because their member's send queue was full.
     pub dropped_queue_full: u64,
     /// Frames dropped because their member was in reconnect backoff, could not be dialled, or
-    /// `max_connections` was reached.
+    /// `max_connections` outbound connections were open.
     pub dropped_unreachable: u64,
-    /// Queued frames lost with their connection (it failed, or close timed out).
+    /// Queued frames lost with their connection: it failed, was closed (idle, a duplicate
+    /// whose wind-down ran out of time, a peer that broke the format), or close timed out.
     pub dropped_in_flight: u64,
     /// Outbound connection attempts.
     pub connect_attempts: u64,
-    /// Outbound connection attempts that failed or timed out before the handshake.
+    /// Outbound connection attempts whose TCP connect failed: refused, unreachable, or not
+    /// done within `connect_timeout`. A connection that comes up but closes before the peer's
+    /// hello counts in `handshake_failures` instead.
     pub connect_failures: u64,
     /// Connections closed before a hello arrived: the peer hung up, or said nothing within the
     /// handshake timeout.
     pub handshake_failures: u64,
-    /// Connections closed for breaking the format: a bad hello, an unknown version, a length
-    /// prefix above the limit.
+    /// Connections closed for breaking the format: a bad hello (unknown magic or version, an
+    /// address that cannot be dialled, our own address, on an inbound connection an IP other
+    /// than the one it comes from), a length prefix above the limit.
     pub violations: u64,
     /// Duplicate connections of one member pair wound down after a simultaneous connect.
     pub duplicates_resolved: u64,
-    /// Connections replaced by a newer one from the same member (it restarted or reconnected).
+    /// New connections claiming a member whose connection is live, not part of a
+    /// simultaneous connect: the established connection stays, the new one is wound down
+    /// (same instance) or closed (another instance).
+    pub duplicates_refused: u64,
+    /// Connections replaced by a newer one for the same member because they were gone: the
+    /// peer closed or reset them (it restarted or reconnected) before the mesh read that.
     pub replaced: u64,
-    /// Inbound connections refused because `max_connections` was reached.
+    /// Inbound connections refused because `max_connections` inbound connections were open.
     pub rejected: u64,
+    /// Inbound connections closed after delivering no frame for `idle_timeout`.
+    pub idle_closed: u64,
 }

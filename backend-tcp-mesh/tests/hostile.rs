@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use conclave_tcp::TcpConfig;
 
@@ -165,6 +165,7 @@ fn connections_beyond_the_limit_are_refused() {
         ..TcpConfig::loopback()
     });
     let b = Pump::loopback(&[]);
+    // `b` dials: the one inbound connection allowed.
     still_serving(&a, &b, "the one allowed");
     let mut extra = TcpStream::connect(a.addr()).expect("connect");
     assert!(read_until_closed(&mut extra, LIMIT).is_some(), "refused");
@@ -173,8 +174,139 @@ fn connections_beyond_the_limit_are_refused() {
         "{:?}",
         a.stats()
     );
-    // Sends needing a second connection are dropped, not queued.
+    // Our own dials are counted apart: one goes out ...
+    let c = Pump::loopback(&[]);
+    a.send(c.addr(), b"our dial");
+    assert_eq!(c.recv(LIMIT).expect("a's one dial").from, a.addr());
+    // ... and sends needing a second are dropped, not queued.
     a.send(common::closed_port(), b"no room");
     assert_eq!(a.stats().dropped_unreachable, 1);
     still_serving(&a, &b, "still the one");
+    assert_eq!(a.stats().connections, 2, "{:?}", a.stats());
+}
+
+#[test]
+fn inbound_connections_never_take_the_slots_of_our_dials() {
+    let a = Pump::bind(&TcpConfig {
+        max_connections: 2,
+        ..TcpConfig::loopback()
+    });
+    let b = Pump::loopback(&[]);
+    // Two peers fill every inbound slot with greeted, silent connections.
+    let held: Vec<TcpStream> = (0..2u64)
+        .map(|i| {
+            let claimed = common::closed_port();
+            let mut stream = TcpStream::connect(a.addr()).expect("connect");
+            let mut bytes = hello(1, 100 + i, claimed);
+            bytes.extend_from_slice(&frame(b"here"));
+            stream.write_all(&bytes).expect("write");
+            assert_eq!(a.recv(LIMIT).expect("greeted").from, claimed);
+            stream
+        })
+        .collect();
+    let mut extra = TcpStream::connect(a.addr()).expect("connect");
+    assert!(
+        read_until_closed(&mut extra, LIMIT).is_some(),
+        "inbound full"
+    );
+    assert!(eventually(LIMIT, || a.stats().rejected == 1));
+
+    // Our own dial still goes out, and the member answers on it.
+    a.send(b.addr(), b"out");
+    let got = b.recv(LIMIT).expect("a's dial was not refused");
+    assert_eq!((got.from, &got.bytes[..]), (a.addr(), &b"out"[..]));
+    b.send(a.addr(), b"in");
+    assert_eq!(a.recv(LIMIT).expect("answer").bytes, b"in");
+    assert_eq!(a.stats().dropped_unreachable, 0, "{:?}", a.stats());
+    drop(held);
+}
+
+#[test]
+fn idle_inbound_connections_are_closed_and_busy_ones_are_not() {
+    let idle = Duration::from_millis(500);
+    let a = Pump::bind(&TcpConfig {
+        idle_timeout: idle,
+        ..TcpConfig::loopback()
+    });
+    // An outbound connection, idle as long as the others: never reaped.
+    let b = Pump::loopback(&[]);
+    a.send(b.addr(), b"outbound");
+    assert_eq!(b.recv(LIMIT).expect("outbound").bytes, b"outbound");
+
+    let member = common::closed_port();
+    let mut stream = TcpStream::connect(a.addr()).expect("connect");
+    let mut bytes = hello(1, 9, member);
+    bytes.extend_from_slice(&frame(b"first"));
+    stream.write_all(&bytes).expect("write");
+    assert_eq!(a.recv(LIMIT).expect("first").bytes, b"first");
+    // Frames keep it open past the idle timeout (the sleeps only pace the frames).
+    let mut last = Instant::now();
+    for i in 0..8 {
+        thread::sleep(idle / 5);
+        last = Instant::now();
+        stream
+            .write_all(&frame(format!("beat {i}").as_bytes()))
+            .expect("write");
+        assert_eq!(
+            a.recv(LIMIT).expect("beat").bytes,
+            format!("beat {i}").as_bytes()
+        );
+    }
+    assert_eq!(a.stats().idle_closed, 0, "{:?}", a.stats());
+    // Silent, it is closed once idle.
+    let heard = read_until_closed(&mut stream, LIMIT).expect("closed when idle");
+    assert!(last.elapsed() >= idle, "closed after {:?}", last.elapsed());
+    assert_eq!(
+        common::frames(&heard).len(),
+        1,
+        "the mesh's hello, then FIN"
+    );
+    assert!(
+        eventually(LIMIT, || a.stats().idle_closed == 1),
+        "{:?}",
+        a.stats()
+    );
+
+    // The outbound connection, idle since before the beats, is still there.
+    let stats = a.stats();
+    assert_eq!((stats.connections, stats.idle_closed), (1, 1), "{stats:?}");
+    a.send(b.addr(), b"still here");
+    assert_eq!(b.recv(LIMIT).expect("outbound").bytes, b"still here");
+    assert_eq!(a.stats().connect_attempts, 1, "{:?}", a.stats());
+}
+
+#[test]
+fn durations_beyond_an_hour_are_refused() {
+    let long = Duration::from_secs(3601);
+    let configs = [
+        TcpConfig {
+            connect_timeout: long,
+            ..TcpConfig::loopback()
+        },
+        TcpConfig {
+            reconnect_backoff_min: long,
+            reconnect_backoff_max: long,
+            ..TcpConfig::loopback()
+        },
+        TcpConfig {
+            reconnect_backoff_max: long,
+            ..TcpConfig::loopback()
+        },
+        TcpConfig {
+            handshake_timeout: long,
+            ..TcpConfig::loopback()
+        },
+        TcpConfig {
+            idle_timeout: long,
+            ..TcpConfig::loopback()
+        },
+        TcpConfig {
+            close_timeout: Duration::MAX,
+            ..TcpConfig::loopback()
+        },
+    ];
+    for config in configs {
+        let error = conclave_tcp::TcpMesh::bind(&config).expect_err("refused");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{config:?}");
+    }
 }

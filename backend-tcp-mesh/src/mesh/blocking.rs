@@ -22,7 +22,7 @@ impl BlockingRecv for TcpMesh {
     /// Drives the mesh until a frame arrives, `timeout` passes, [`BlockingRecv::interrupt`] is
     /// called or a signal interrupts the wait (`Ok(None)` for those). Work left by sends on
     /// other threads wakes it through the doorbell's pipe, without returning; so do the
-    /// mesh's own deadlines (connect, handshake and wind-down timeouts, paused accepts).
+    /// mesh's own deadlines (connect, handshake, idle and wind-down timeouts, paused accepts).
     ///
     /// # Errors
     /// `NotConnected` once the mesh is closed; an error of `poll` (out of memory, ...).
@@ -88,10 +88,10 @@ impl BlockingRecv for TcpMesh {
         }
     }
 
-    /// Runs the drive step once, after a `poll` of the mesh's sockets that does not wait,
-    /// and returns the first whole frame. Safe from any thread, next to a `recv_blocking` on
-    /// another (which it wakes if it leaves work that thread's poll would not notice) and to
-    /// sends.
+    /// Runs the drive step and returns the first whole frame; if it finds none, polls the
+    /// mesh's sockets without waiting and, if any is ready, runs the drive step once more.
+    /// Safe from any thread, next to a `recv_blocking` on another (which it wakes if it leaves
+    /// work that thread's poll would not notice) and to sends.
     ///
     /// # Errors
     /// As [`BlockingRecv::recv_blocking`].

@@ -1,5 +1,6 @@
-//! Hellos and duplicates: registering a connection under its member's listen address, and
-//! keeping one connection per member pair.
+//! Hellos and duplicates: registering a connection under its member's listen address (and, for
+//! a connection we dialled under another address, under that alias too), and keeping one
+//! connection per member pair.
 
 use std::time::Instant;
 
@@ -9,8 +10,21 @@ use super::State;
 use crate::frame::Hello;
 use crate::wake::Token;
 
+/// How two connections to one member were resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The old connection is gone (closed, reset, winding down): the new one replaces it.
+    Replaced,
+    /// Both ends dialled at once: the connection dialled by the lower listen address stays
+    /// (`true`: the new one).
+    Simultaneous(bool),
+    /// The old connection is live and was not part of a simultaneous connect: it stays.
+    Refused,
+}
+
 impl State {
-    /// Handles the first frame of a connection: it must be a valid hello.
+    /// Handles the first frame of a connection: it must be a valid hello, naming a dialable
+    /// address other than ours and, on an inbound connection, the IP the connection comes from.
     pub(super) fn greet(&mut self, token: Token, payload: &[u8], now: Instant) {
         let hello = match Hello::decode(payload) {
             Ok(hello) if hello.addr == self.local => {
@@ -26,57 +40,118 @@ impl State {
         let Some(conn) = self.conns.get_mut(&token) else {
             return;
         };
-        conn.hello = Some(hello);
-        if !conn.draining {
-            conn.deadline = None;
-        }
-        if conn.outbound {
-            let dialled = conn.key.unwrap_or(hello.addr);
-            if hello.addr != dialled {
-                debug!(%dialled, says = %hello.addr, "member listens under another address");
-            }
-            self.peers.entry(dialled).or_default().succeeded();
-            debug!(peer = %hello.addr, "connected");
+        // Ports differ (an inbound connection comes from an ephemeral one); the IP must not.
+        // An outbound connection goes where we dialled: its hello may name another address
+        // (the dialled one is then an alias, such as a port forward to a seed).
+        if !conn.outbound && hello.addr.ip().to_canonical() != conn.peer_ip.to_canonical() {
+            let what = format!("hello claims {} from {}", hello.addr, conn.peer_ip);
+            self.violation(token, now, &what);
             return;
         }
-        conn.key = Some(hello.addr);
-        let peer = self.peers.entry(hello.addr).or_default();
-        peer.succeeded();
-        match peer.conn {
+        conn.hello = Some(hello);
+        conn.last_rx = Some(now);
+        if conn.draining {
+            // Resolved as a duplicate before its hello: it only winds down, by its deadline.
+            return;
+        }
+        conn.deadline = if conn.outbound {
+            None
+        } else {
+            now.checked_add(self.config.idle_timeout)
+        };
+        let (deadline, outbound, dialled) = (conn.deadline, conn.outbound, conn.dialled);
+        self.note_deadline(deadline);
+        if let Some(dialled) = dialled {
+            self.peers.entry(dialled).or_default().succeeded();
+            if dialled != hello.addr {
+                debug!(%dialled, member = %hello.addr, "member dialled under an alias");
+            }
+        }
+        match self
+            .peers
+            .get(&hello.addr)
+            .and_then(|p| p.conn)
+            .filter(|old| *old != token)
+        {
             None => {
-                peer.conn = Some(token);
-                debug!(peer = %hello.addr, "accepted");
+                self.register(token, hello.addr);
+                self.peers.entry(hello.addr).or_default().succeeded();
+                debug!(peer = %hello.addr, outbound, "connected");
             }
             Some(old) => self.resolve(old, token, hello, now),
         }
     }
 
-    /// Two connections to one member: keeps one and winds the other down.
+    /// Two connections to one member: keeps one, and winds the other down or closes it.
     ///
-    /// A peer whose instance changed restarted, and a second inbound connection means the peer
-    /// gave up the first: the newer connection wins. Otherwise this is a simultaneous connect,
-    /// and both ends keep the connection dialled by the lower listen address.
+    /// - The old one is gone (the peer's FIN, reset or an error is waiting on it, or it is
+    ///   closing): the new one replaces it, whatever its instance.
+    /// - Both are the same instance's, and each end dialled one: a simultaneous connect. Both
+    ///   ends keep the one dialled by the lower listen address, so they agree.
+    /// - Otherwise the old, live one stays. A newcomer of the same instance (a second
+    ///   connection, or our second dial under an alias) is wound down, its addresses joining
+    ///   the old one. A newcomer of another instance claims a member that is connected and
+    ///   alive: it is closed at once, its frames unread, and an alias it was dialled under
+    ///   goes into backoff.
     fn resolve(&mut self, old: Token, new: Token, hello: Hello, now: Instant) {
-        let Some(old_conn) = self.conns.get(&old) else {
-            self.peers.entry(hello.addr).or_default().conn = Some(new);
+        let (Some(old_conn), Some(new_conn)) = (self.conns.get(&old), self.conns.get(&new)) else {
+            self.register(new, hello.addr);
             return;
         };
-        let restarted = old_conn.hello.is_some_and(|h| h.instance != hello.instance);
-        let replaced = restarted || !old_conn.outbound;
-        let keep_new = replaced || hello.addr < self.local;
-        if replaced {
-            self.stats.replaced += 1;
+        let same_member = old_conn.hello.is_none_or(|h| h.instance == hello.instance);
+        let outcome = if !old_conn.is_live() {
+            Outcome::Replaced
+        } else if same_member && old_conn.outbound != new_conn.outbound {
+            let new_dialled_by_lower = if new_conn.outbound {
+                self.local < hello.addr
+            } else {
+                hello.addr < self.local
+            };
+            Outcome::Simultaneous(new_dialled_by_lower)
         } else {
-            self.stats.duplicates_resolved += 1;
+            Outcome::Refused
+        };
+        debug!(peer = %hello.addr, ?outcome, same_member, "duplicate connection resolved");
+        let keep_new = match outcome {
+            Outcome::Replaced => {
+                self.stats.replaced += 1;
+                true
+            }
+            Outcome::Simultaneous(keep_new) => {
+                self.stats.duplicates_resolved += 1;
+                keep_new
+            }
+            Outcome::Refused => {
+                self.stats.duplicates_refused += 1;
+                false
+            }
+        };
+        if !keep_new && !same_member {
+            if let Some(dialled) = self.close_now(new).and_then(|conn| conn.dialled) {
+                self.backoff(dialled, now);
+            }
+            return;
         }
         let (winner, loser) = if keep_new { (new, old) } else { (old, new) };
-        debug!(peer = %hello.addr, restarted, kept_new = keep_new, "duplicate connection resolved");
-        self.peers.entry(hello.addr).or_default().conn = Some(winner);
+        // One member: the winner takes every address the loser was registered under.
+        let keys = self
+            .conns
+            .get_mut(&loser)
+            .map(|conn| std::mem::take(&mut conn.keys))
+            .unwrap_or_default();
+        for key in keys {
+            self.register(winner, key);
+        }
+        self.register(winner, hello.addr);
+        if keep_new {
+            self.peers.entry(hello.addr).or_default().succeeded();
+        }
         self.retire(loser, winner, now);
     }
 
     /// Winds a duplicate down: its untouched frames move to `winner`; it flushes the rest,
-    /// sends FIN and is read to the end, so nothing it already carries is lost.
+    /// sends FIN and is read to the end (frames read meanwhile are delivered), within
+    /// `close_timeout`. What it still holds then is lost and counted.
     fn retire(&mut self, loser: Token, winner: Token, now: Instant) {
         let Some(mut conn) = self.conns.remove(&loser) else {
             return;
@@ -84,11 +159,11 @@ impl State {
         let moved = conn.queue.take_unsent();
         // Even a connect still in progress completes and says hello, so the peer sees a
         // duplicate to wind down rather than a connection that hangs up unannounced.
-        let deadline = now + self.config.close_timeout;
+        let deadline = now.checked_add(self.config.close_timeout);
         conn.draining = true;
-        conn.deadline = Some(deadline);
+        conn.deadline = deadline;
         conn.scheduled = false;
-        self.note_deadline(Some(deadline));
+        self.note_deadline(deadline);
         self.conns.insert(loser, conn);
         self.schedule(loser);
         let bound = self.config.send_queue_bytes;

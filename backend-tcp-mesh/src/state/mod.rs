@@ -135,10 +135,14 @@ impl State {
     pub(crate) fn stats(&self) -> TcpStats {
         TcpStats {
             connections: self.conns.len(),
+            // A connection registered under an alias too is one member.
             peers: self
                 .peers
                 .values()
-                .filter_map(|p| self.conns.get(&p.conn?))
+                .filter_map(|p| p.conn)
+                .collect::<BTreeSet<Token>>()
+                .into_iter()
+                .filter_map(|token| self.conns.get(&token))
                 .filter(|c| c.hello.is_some() && !c.draining)
                 .count(),
             queued_bytes: self.conns.values().map(|c| c.queue.bytes()).sum(),
@@ -210,7 +214,9 @@ impl State {
         Ok(())
     }
 
-    /// Sends one frame to every seed and every member with a connection, but not to us.
+    /// Sends one frame to every seed and every member with a connection, but not to us, and
+    /// once per connection (a seed may be an alias of a member connected under its own
+    /// address).
     ///
     /// # Errors
     /// As [`State::send`].
@@ -223,9 +229,14 @@ impl State {
                 .map(|(addr, _)| *addr),
         );
         targets.remove(&self.local);
-        let result = targets
-            .into_iter()
-            .try_for_each(|to| self.send_one(to, payload, now));
+        let mut reached = BTreeSet::new();
+        let result =
+            targets
+                .into_iter()
+                .try_for_each(|to| match self.peers.get(&to).and_then(|p| p.conn) {
+                    Some(token) if !reached.insert(token) => Ok(()),
+                    _ => self.send_one(to, payload, now),
+                });
         self.alert_sleepers();
         result
     }
@@ -309,8 +320,16 @@ impl State {
     #[cfg(not(unix))]
     fn alert_sleepers(&mut self) {}
 
+    /// How many connections are open in one direction (winding down included).
+    fn count(&self, outbound: bool) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.outbound == outbound)
+            .count()
+    }
+
     /// Opens a connection to `addr` and registers it, unless the address is in backoff or
-    /// the connection limit is reached.
+    /// `max_connections` of our own dials are open (inbound connections do not count).
     fn dial(&mut self, addr: SocketAddr, now: Instant) -> Option<Token> {
         if self.peers.len() > 4 * self.config.max_connections {
             let max = self.config.reconnect_backoff_max;
@@ -319,14 +338,16 @@ impl State {
         if self.peers.get(&addr).is_some_and(|p| p.in_backoff(now)) {
             return None;
         }
-        if self.conns.len() >= self.config.max_connections {
-            debug!(%addr, "not dialling: max_connections reached");
+        if self.count(true) >= self.config.max_connections {
+            debug!(%addr, "not dialling: max_connections outbound connections open");
             return None;
         }
         let token = self.token();
-        let deadline = now + self.config.connect_timeout;
+        // Past the end of the clock (a configuration that was not validated): no deadline.
+        let deadline = now.checked_add(self.config.connect_timeout);
         self.stats.connect_attempts += 1;
-        let conn = match Conn::dial(addr, self.bell.waker(token), self.hello.clone(), deadline) {
+        let waker = self.bell.waker(token);
+        let conn = match Conn::dial(addr, self.local, waker, self.hello.clone(), deadline) {
             Ok(conn) => conn,
             Err(error) => {
                 debug!(%addr, %error, "connect failed");
@@ -336,7 +357,7 @@ impl State {
             }
         };
         debug!(%addr, "dialling");
-        self.note_deadline(Some(deadline));
+        self.note_deadline(deadline);
         self.conns.insert(token, conn);
         self.peers.entry(addr).or_default().conn = Some(token);
         // The next drive, whichever its mode, checks on the connect and arranges to hear when
@@ -393,9 +414,10 @@ impl State {
         self.note_deadline(Some(until));
     }
 
-    /// Takes an accepted connection in, or refuses it at the connection limit.
+    /// Takes an accepted connection in, or refuses it when `max_connections` inbound
+    /// connections are open (our own dials do not count).
     fn admit(&mut self, stream: TcpStream, from: SocketAddr, now: Instant) {
-        if self.conns.len() >= self.config.max_connections {
+        if self.count(false) >= self.config.max_connections {
             self.stats.rejected += 1;
             debug!(%from, "inbound connection refused: max_connections reached");
             return;
@@ -408,10 +430,11 @@ impl State {
             }
         };
         let token = self.token();
-        let deadline = now + self.config.handshake_timeout;
-        let conn = Conn::accepted(stream, self.bell.waker(token), self.hello.clone(), deadline);
+        let deadline = now.checked_add(self.config.handshake_timeout);
+        let waker = self.bell.waker(token);
+        let conn = Conn::accepted(stream, from, waker, self.hello.clone(), deadline);
         trace!(%from, token, "accepted");
-        self.note_deadline(Some(deadline));
+        self.note_deadline(deadline);
         self.conns.insert(token, conn);
         self.schedule(token);
     }
@@ -435,9 +458,9 @@ impl State {
                 }
                 Poll::Ready(Ok(())) if conn.draining => {}
                 Poll::Ready(Ok(())) => {
-                    let deadline = now + self.config.handshake_timeout;
-                    conn.deadline = Some(deadline);
-                    self.note_deadline(Some(deadline));
+                    let deadline = now.checked_add(self.config.handshake_timeout);
+                    conn.deadline = deadline;
+                    self.note_deadline(deadline);
                 }
             }
         }
@@ -455,6 +478,7 @@ impl State {
             match conn.read_frame(cx.as_mut(), max_frame) {
                 Ok(Received::Frame(payload)) => match conn.hello {
                     Some(hello) => {
+                        conn.last_rx = Some(now);
                         self.stats.frames_received += 1;
                         self.schedule(token);
                         return Some(Datagram {
@@ -465,6 +489,11 @@ impl State {
                     None => self.greet(token, &payload, now),
                 },
                 Ok(Received::Blocked) => return None,
+                Ok(Received::Again) => {
+                    // Bytes keep coming: back to it after the others, in this drive.
+                    self.schedule(token);
+                    return None;
+                }
                 Ok(Received::Eof) if conn.draining => {
                     if conn.write_shut {
                         trace!(token, "duplicate connection wound down");
@@ -495,7 +524,7 @@ impl State {
             return;
         };
         self.stats.connect_failures += 1;
-        if let Some(addr) = conn.key {
+        if let Some(addr) = conn.dialled {
             debug!(%addr, %error, "connect failed");
             self.backoff(addr, now);
         }
@@ -507,12 +536,12 @@ impl State {
             return;
         };
         if conn.hello.is_some() {
-            debug!(peer = ?conn.key, %error, "connection closed");
+            debug!(peer = ?conn.member(), %error, "connection closed");
             return;
         }
         self.stats.handshake_failures += 1;
-        debug!(peer = ?conn.key, %error, "connection closed before its hello");
-        if let (true, Some(addr)) = (conn.outbound, conn.key) {
+        debug!(peer = ?conn.member(), %error, "connection closed before its hello");
+        if let Some(addr) = conn.dialled {
             self.backoff(addr, now);
         }
     }
@@ -523,10 +552,19 @@ impl State {
             return;
         };
         self.stats.violations += 1;
-        warn!(peer = ?conn.key, what, "protocol violation; connection closed");
-        if let (true, Some(addr)) = (conn.outbound, conn.key) {
+        warn!(peer = ?conn.member(), ip = %conn.peer_ip, what, "protocol violation; connection closed");
+        if let Some(addr) = conn.dialled {
             self.backoff(addr, now);
         }
+    }
+
+    /// Closes a connection at once (FIN, unless the peer's bytes are still unread), outside
+    /// the graceful wind-down of a duplicate. Returns it.
+    fn close_now(&mut self, token: Token) -> Option<Conn> {
+        let mut conn = self.remove(token)?;
+        conn.shutdown_write();
+        conn.discard_input();
+        Some(conn)
     }
 
     fn backoff(&mut self, addr: SocketAddr, now: Instant) {
@@ -537,7 +575,9 @@ impl State {
         self.peers.entry(addr).or_default().failed(now, min, max);
     }
 
-    /// Closes connections past their deadline and recomputes the next deadline.
+    /// Closes connections past their deadline (a connect, a hello or a wind-down that took
+    /// too long; an inbound connection idle for `idle_timeout`) and recomputes the next
+    /// deadline.
     fn expire(&mut self, now: Instant) {
         let due: Vec<Token> = self
             .conns
@@ -557,8 +597,22 @@ impl State {
             } else if conn.hello.is_none() {
                 let error = io::Error::new(ErrorKind::TimedOut, "no hello in time");
                 self.lost(token, now, &error);
-            } else if let Some(conn) = self.conns.get_mut(&token) {
-                conn.deadline = None;
+            } else if conn.outbound {
+                if let Some(conn) = self.conns.get_mut(&token) {
+                    conn.deadline = None;
+                }
+            } else {
+                // Inbound and greeted: idle since its last frame?
+                let idle_until = conn
+                    .last_rx
+                    .and_then(|at| at.checked_add(self.config.idle_timeout));
+                if idle_until.is_some_and(|until| until <= now) {
+                    self.stats.idle_closed += 1;
+                    debug!(peer = ?conn.member(), "idle inbound connection closed");
+                    self.close_now(token);
+                } else if let Some(conn) = self.conns.get_mut(&token) {
+                    conn.deadline = idle_until;
+                }
             }
         }
         if self.accept_paused_until.is_some_and(|until| until <= now) {
@@ -572,22 +626,33 @@ impl State {
             .min();
     }
 
-    /// Removes a connection (closing its socket once dropped), unregistering it from its
-    /// member; its queued frames count as lost.
+    /// Removes a connection (closing its socket once dropped), unregistering it from every
+    /// address it is registered under; its queued frames count as lost.
     fn remove(&mut self, token: Token) -> Option<Conn> {
         let conn = self.conns.remove(&token)?;
-        if let Some(key) = conn.key {
-            if let Some(peer) = self.peers.get_mut(&key) {
+        for key in &conn.keys {
+            if let Some(peer) = self.peers.get_mut(key) {
                 if peer.conn == Some(token) {
                     peer.conn = None;
                 }
                 if peer.is_idle() {
-                    self.peers.remove(&key);
+                    self.peers.remove(key);
                 }
             }
         }
         self.stats.dropped_in_flight += conn.queue.data_frames() as u64;
         Some(conn)
+    }
+
+    /// Registers a connection under a member address: frames to `addr` go on it.
+    fn register(&mut self, token: Token, addr: SocketAddr) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if !conn.keys.contains(&addr) {
+            conn.keys.push(addr);
+        }
+        self.peers.entry(addr).or_default().conn = Some(token);
     }
 
     fn schedule(&mut self, token: Token) {
@@ -620,4 +685,77 @@ impl State {
 /// The error of operations on a closed mesh.
 pub(crate) fn closed() -> io::Error {
     io::Error::new(ErrorKind::NotConnected, "the TCP mesh is closed")
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn state(config: TcpConfig, instance: u64) -> State {
+        let listener = Async::<TcpListener>::bind(config.bind).expect("bind");
+        let local = listener.get_ref().local_addr().expect("addr");
+        let bell = Arc::new(Doorbell::new().expect("doorbell"));
+        State::new(config, listener, local, instance, bell)
+    }
+
+    /// Drives `state` as `try_recv` does; returns a datagram if one came.
+    fn step(state: &mut State) -> Option<Datagram> {
+        for _ in 0..2 {
+            match state.drive(Instant::now(), Mode::Blocking) {
+                Step::Datagram(datagram) => return Some(datagram),
+                Step::Idle(_) => {}
+                Step::Closed => panic!("closed"),
+            }
+            state.poll_now().expect("poll");
+        }
+        None
+    }
+
+    #[test]
+    fn an_unvalidated_config_with_huge_durations_does_not_panic() {
+        // `TcpMesh::bind` refuses such a configuration; the state copes with it anyway.
+        let config = TcpConfig {
+            connect_timeout: Duration::MAX,
+            reconnect_backoff_min: Duration::MAX,
+            reconnect_backoff_max: Duration::MAX,
+            handshake_timeout: Duration::MAX,
+            idle_timeout: Duration::MAX,
+            close_timeout: Duration::MAX,
+            ..TcpConfig::loopback()
+        };
+        let mut a = state(config.clone(), 1);
+        let mut b = state(config, 2);
+        let now = Instant::now();
+        // Both dial before either drives: a simultaneous connect, so one connection is
+        // wound down (with the close timeout) on each side.
+        a.send(b.local, b"to b", now).unwrap();
+        b.send(a.local, b"to a", now).unwrap();
+        let (mut to_a, mut to_b) = (false, false);
+        let deadline = now + Duration::from_secs(10);
+        while !(to_a && to_b) {
+            assert!(Instant::now() < deadline, "{:?} {:?}", a.stats(), b.stats());
+            to_a |= step(&mut a).is_some_and(|d| d.bytes == b"to a");
+            to_b |= step(&mut b).is_some_and(|d| d.bytes == b"to b");
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            a.stats().duplicates_resolved + b.stats().duplicates_resolved,
+            2
+        );
+        // A failed dial goes into (a huge) backoff.
+        let nobody = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        a.send(nobody, b"anyone?", Instant::now()).unwrap();
+        while a.stats().connect_failures == 0 {
+            assert!(Instant::now() < deadline, "{:?}", a.stats());
+            step(&mut a);
+            std::thread::yield_now();
+        }
+        a.send(nobody, b"anyone?", Instant::now()).unwrap();
+        assert_eq!(a.stats().dropped_unreachable, 1, "{:?}", a.stats());
+        a.begin_close();
+        a.finish_close();
+    }
 }

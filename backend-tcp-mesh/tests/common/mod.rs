@@ -5,8 +5,9 @@
 
 use std::future::Future;
 use std::io::{ErrorKind, Read};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -204,4 +205,104 @@ pub(crate) fn frames(mut bytes: &[u8]) -> Vec<Vec<u8>> {
 pub(crate) fn closed_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr")
+}
+
+/// Reads from `stream` until `count` whole frames arrived (`Some`, with any more that came
+/// along), or the peer closed or `limit` passed first (`None`).
+pub(crate) fn read_frames(
+    stream: &mut TcpStream,
+    count: usize,
+    limit: Duration,
+) -> Option<Vec<Vec<u8>>> {
+    let deadline = Instant::now() + limit;
+    let mut all = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let got = frames(&all);
+        if got.len() >= count {
+            return Some(got);
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .expect("read timeout");
+        match stream.read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A TCP port forward on loopback: another address for a member (as a DNS alias, a port
+/// forward or a load balancer in front of a seed would give it). Each accepted connection is
+/// joined to a new one to the target, bytes copied both ways until either side closes.
+pub(crate) struct Forward {
+    addr: SocketAddr,
+    forwarded: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forward {
+    pub(crate) fn to(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let forwarded = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (forwarded, stop) = (Arc::clone(&forwarded), Arc::clone(&stop));
+            thread::spawn(move || {
+                for client in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let (Ok(client), Ok(server)) = (client, TcpStream::connect(target)) else {
+                        continue;
+                    };
+                    forwarded.fetch_add(1, Ordering::SeqCst);
+                    for (from, to) in [(&client, &server), (&server, &client)] {
+                        let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+                            continue;
+                        };
+                        // Ends when either side closes (the meshes close theirs at the latest
+                        // when the test drops them).
+                        thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(Shutdown::Write);
+                        });
+                    }
+                }
+            })
+        };
+        Self {
+            addr,
+            forwarded,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The alias: connections here reach the target.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections forwarded so far.
+    pub(crate) fn forwarded(&self) -> usize {
+        self.forwarded.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which then sees `stop`.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

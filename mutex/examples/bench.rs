@@ -5,6 +5,9 @@
 //!
 //! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`)
 //!
+//! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
+//! default), to see the trade-off between spinning and sleeping on this machine.
+//!
 //! Figures:
 //! - floor: round trip of a 100-byte message between two processes (p50, p99): a UDP
 //!   datagram, or a length-prefixed message on a TCP connection with `TCP_NODELAY`;
@@ -151,6 +154,10 @@ async fn join(name: &str, net: &Net) -> Result<Node, Error> {
             ..UdpConfig::loopback()
         })?),
         Net::Tcp(seeds) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
+    };
+    let builder = match std::env::var("CONCLAVE_BENCH_SPIN_US") {
+        Ok(us) => builder.spin_wait(Duration::from_micros(us.parse()?)),
+        Err(_) => builder,
     };
     Ok(builder.config(EndpointConfig::local()).join().await?)
 }

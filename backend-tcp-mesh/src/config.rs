@@ -11,6 +11,9 @@ use crate::frame::{HEADER_LEN, MAX_HELLO_FRAME};
 /// The smallest [`TcpConfig::max_frame`] accepted, in bytes.
 pub const MIN_FRAME: usize = 512;
 
+/// The largest [`TcpConfig::max_queued_bytes`] accepted: 2 GiB.
+pub const MAX_QUEUED_BYTES: usize = 1 << 31;
+
 /// The longest duration any setting of [`TcpConfig`] may have: one hour.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
@@ -26,7 +29,13 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 /// kernel takes it, otherwise queued; a member whose queue would exceed
 /// [`TcpConfig::send_queue_bytes`] gets the new frame dropped (counted in
 /// [`TcpStats::dropped_queue_full`](crate::TcpStats::dropped_queue_full)), and a member whose
-/// address is in reconnect backoff gets every frame dropped until the backoff ends. The
+/// address is in reconnect backoff gets every frame dropped until the backoff ends. On top of
+/// that, [`TcpConfig::max_queued_bytes`] bounds the bytes queued over all members together:
+/// a frame that would take the total
+/// ([`TcpStats::queued_bytes`](crate::TcpStats::queued_bytes)) above it is dropped too
+/// ([`TcpStats::dropped_budget`](crate::TcpStats::dropped_budget)), so the mesh's memory is
+/// bounded by `max_queued_bytes` plus one receive buffer (at most `max_frame + 4` bytes) and
+/// one hello (at most 44 bytes) per connection, however many connections are open. The
 /// reliable layer of `conclave-protocol` retransmits what matters.
 ///
 /// # Connection limits and idle connections
@@ -71,8 +80,18 @@ pub struct TcpConfig {
     /// The bytes (frames and their 4-byte prefixes) queued for one member before new frames to
     /// it are dropped. At least [`TcpConfig::min_send_queue_bytes`], `max_frame + 44` (one
     /// frame and its prefix behind the longest hello); default 4 MiB. Larger rides out longer
-    /// stalls of a slow member at the cost of memory.
+    /// stalls of a slow member at the cost of memory; [`TcpConfig::max_queued_bytes`] bounds
+    /// all queues together.
     pub send_queue_bytes: usize,
+    /// The bytes (frames and their 4-byte prefixes, hellos excluded) queued over all members
+    /// together, frames sent to ourselves included, before new frames to any member are
+    /// dropped ([`TcpStats::dropped_budget`](crate::TcpStats::dropped_budget)). The budget is
+    /// checked for a whole frame before it is written, so while it is used up even a member
+    /// whose socket would take the frame at once gets it dropped. Range
+    /// [`TcpConfig::min_send_queue_bytes`]`..=`[`MAX_QUEUED_BYTES`] (2 GiB); default 64 MiB.
+    /// With the defaults it is what bounds memory: 1,024 connections each way with 4 MiB
+    /// queues could otherwise hold 8 GiB.
+    pub max_queued_bytes: usize,
     /// How long a connection attempt may take before it counts as failed. Must not be zero;
     /// default 2 s. Like every duration here, at most [`MAX_DURATION`] (one hour).
     pub connect_timeout: Duration,
@@ -119,6 +138,7 @@ impl TcpConfig {
             seeds: Vec::new(),
             max_frame: MAX_PACKET_LEN,
             send_queue_bytes: 4 << 20,
+            max_queued_bytes: 64 << 20,
             connect_timeout: Duration::from_secs(2),
             reconnect_backoff_min: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(5),
@@ -129,8 +149,8 @@ impl TcpConfig {
         }
     }
 
-    /// The smallest [`TcpConfig::send_queue_bytes`] allowed with this `max_frame`: one whole
-    /// frame behind a hello always fits.
+    /// The smallest [`TcpConfig::send_queue_bytes`] and [`TcpConfig::max_queued_bytes`]
+    /// allowed with this `max_frame`: one whole frame behind a hello always fits.
     pub fn min_send_queue_bytes(&self) -> usize {
         self.max_frame
             .saturating_add(HEADER_LEN)
@@ -159,6 +179,13 @@ impl TcpConfig {
             return Err(TcpConfigError::SendQueue {
                 bytes: self.send_queue_bytes,
                 min: self.min_send_queue_bytes(),
+            });
+        }
+        if !(self.min_send_queue_bytes()..=MAX_QUEUED_BYTES).contains(&self.max_queued_bytes) {
+            return Err(TcpConfigError::QueuedBytes {
+                bytes: self.max_queued_bytes,
+                min: self.min_send_queue_bytes(),
+                max: MAX_QUEUED_BYTES,
             });
         }
         for (name, value) in [
@@ -216,6 +243,17 @@ pub enum TcpConfigError {
         bytes: usize,
         /// The least allowed with this `max_frame`.
         min: usize,
+    },
+    /// The budget of bytes queued over all members cannot hold one whole frame, or is above
+    /// [`MAX_QUEUED_BYTES`].
+    #[error("max_queued_bytes {bytes} is outside {min}..={max}")]
+    QueuedBytes {
+        /// The configured budget.
+        bytes: usize,
+        /// The least allowed with this `max_frame`.
+        min: usize,
+        /// [`MAX_QUEUED_BYTES`].
+        max: usize,
     },
     /// A duration that must be positive is zero.
     #[error("{0} must not be zero")]
@@ -308,6 +346,42 @@ mod tests {
             c.validate(),
             Err(TcpConfigError::ZeroDuration("idle_timeout"))
         );
+    }
+
+    #[test]
+    fn the_queued_bytes_budget_holds_a_frame_and_stays_sane() {
+        let base = TcpConfig::loopback();
+        assert_eq!(base.max_queued_bytes, 64 << 20);
+        let min = base.min_send_queue_bytes();
+        for bytes in [min, 3 * base.max_frame, 256 << 20, MAX_QUEUED_BYTES] {
+            let c = TcpConfig {
+                max_queued_bytes: bytes,
+                ..base.clone()
+            };
+            assert_eq!(c.validate(), Ok(()), "{bytes}");
+        }
+        for bytes in [0, min - 1, MAX_QUEUED_BYTES + 1, usize::MAX] {
+            let c = TcpConfig {
+                max_queued_bytes: bytes,
+                ..base.clone()
+            };
+            assert_eq!(
+                c.validate(),
+                Err(TcpConfigError::QueuedBytes {
+                    bytes,
+                    min,
+                    max: MAX_QUEUED_BYTES
+                }),
+                "{bytes}"
+            );
+        }
+        // The minimum follows max_frame; a budget below send_queue_bytes is fine.
+        let c = TcpConfig {
+            max_frame: MIN_FRAME,
+            max_queued_bytes: MIN_FRAME + 44,
+            ..base.clone()
+        };
+        assert_eq!(c.validate(), Ok(()));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tracing::debug;
 
 use crate::frame::{self, FrameReader, Parsed, HEADER_LEN, MAX_HELLO};
-use crate::queue::SendQueue;
+use crate::queue::{SendQueue, Total};
 
 /// Reads and writes attempted per call before yielding to other connections.
 const IO_BUDGET: usize = 64;
@@ -87,6 +87,8 @@ pub(crate) enum Sent {
     Queued,
     /// The queue bound would be exceeded: dropped.
     Full,
+    /// The mesh-wide bound on queued bytes would be exceeded: dropped.
+    OverBudget,
 }
 
 /// What [`Conn::read_frame`] found.
@@ -157,7 +159,8 @@ impl fmt::Debug for Conn {
 impl Conn {
     /// A connection to `addr` from the IP of `local` (our listen address, so that the peer
     /// sees the connection come from the IP our hello names), its non-blocking connect
-    /// started; `hello` is queued. [`Conn::poll_dial`] completes the connect.
+    /// started; `hello` is queued. [`Conn::poll_dial`] completes the connect. Its queued data
+    /// bytes count in `total`.
     ///
     /// # Errors
     /// The socket could not be made, or the connect failed at once (refused, unreachable).
@@ -167,6 +170,7 @@ impl Conn {
         waker: Waker,
         hello: Vec<u8>,
         deadline: Option<Instant>,
+        total: Total,
     ) -> io::Result<Self> {
         // Close-on-exec (and no SIGPIPE where the system has the option) from socket2.
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -184,20 +188,22 @@ impl Conn {
         }
         let stream = Async::new_nonblocking(TcpStream::from(socket))?;
         let link = Link::Dialing(Arc::new(stream));
-        let mut conn = Self::new(link, addr.ip(), waker, hello, deadline);
+        let mut conn = Self::new(link, addr.ip(), waker, hello, deadline, total);
         conn.outbound = true;
         conn.dialled = Some(addr);
         conn.keys.push(addr);
         Ok(conn)
     }
 
-    /// An accepted connection from `peer`; `hello` is queued. Turns keepalive on.
+    /// An accepted connection from `peer`; `hello` is queued. Turns keepalive on. Its queued
+    /// data bytes count in `total`.
     pub(crate) fn accepted(
         stream: Async<TcpStream>,
         peer: SocketAddr,
         waker: Waker,
         hello: Vec<u8>,
         deadline: Option<Instant>,
+        total: Total,
     ) -> Self {
         keep_alive(SockRef::from(stream.get_ref()));
         Self::new(
@@ -206,6 +212,7 @@ impl Conn {
             waker,
             hello,
             deadline,
+            total,
         )
     }
 
@@ -215,8 +222,9 @@ impl Conn {
         waker: Waker,
         hello: Vec<u8>,
         deadline: Option<Instant>,
+        total: Total,
     ) -> Self {
-        let mut queue = SendQueue::default();
+        let mut queue = SendQueue::new(total);
         queue.push_hello(hello);
         Self {
             link,
@@ -331,13 +339,22 @@ impl Conn {
     }
 
     /// Writes or queues one frame carrying `payload`, unless the queue would then hold more
-    /// than `bound` bytes. Never blocks.
+    /// than `bound` bytes ([`Sent::Full`]) or the mesh's total of queued data bytes more than
+    /// `budget` ([`Sent::OverBudget`]). Never blocks.
+    ///
+    /// The budget is checked for the whole frame before any write: once part of a frame is
+    /// written, the rest must be queued whatever the total, so a frame the budget has no room
+    /// for is not started even on an idle socket.
     ///
     /// # Errors
     /// The socket failed; the connection is broken.
-    pub(crate) fn send(&mut self, payload: &[u8], bound: usize) -> io::Result<Sent> {
-        if self.queue.bytes() + HEADER_LEN + payload.len() > bound {
+    pub(crate) fn send(&mut self, payload: &[u8], bound: usize, budget: usize) -> io::Result<Sent> {
+        let len = HEADER_LEN + payload.len();
+        if self.queue.bytes() + len > bound {
             return Ok(Sent::Full);
+        }
+        if !self.queue.total().fits(len, budget) {
+            return Ok(Sent::OverBudget);
         }
         let frame = frame::encode(payload);
         let was_empty = self.queue.is_empty();
@@ -360,14 +377,18 @@ impl Conn {
         })
     }
 
-    /// Queues a whole encoded frame moved from a duplicate connection, unless the queue would
-    /// then hold more than `bound` bytes. Returns whether it was queued.
-    pub(crate) fn requeue(&mut self, frame: Vec<u8>, bound: usize) -> bool {
+    /// Queues a whole encoded frame moved from a duplicate connection (and already taken out
+    /// of the mesh's total), unless the queue would then hold more than `bound` bytes
+    /// ([`Sent::Full`]) or the total more than `budget` ([`Sent::OverBudget`]).
+    pub(crate) fn requeue(&mut self, frame: Vec<u8>, bound: usize, budget: usize) -> Sent {
         if self.queue.bytes() + frame.len() > bound {
-            return false;
+            return Sent::Full;
+        }
+        if !self.queue.total().fits(frame.len(), budget) {
+            return Sent::OverBudget;
         }
         self.queue.push(frame, 0);
-        true
+        Sent::Queued
     }
 
     /// Writes queued bytes until the queue is empty (`Ok(true)`) or the socket is full
@@ -688,7 +709,14 @@ mod tests {
         let stream = Async::new_nonblocking(TcpStream::from(socket)).unwrap();
         let link = Link::Dialing(Arc::new(stream));
         let ip = "127.0.0.1".parse().unwrap();
-        let mut conn = Conn::new(link, ip, futures::task::noop_waker(), hello(), None);
+        let mut conn = Conn::new(
+            link,
+            ip,
+            futures::task::noop_waker(),
+            hello(),
+            None,
+            Total::default(),
+        );
         let Poll::Ready(Err(error)) = conn.poll_dial(None) else {
             panic!("a ready socket without a connection is a failed connect");
         };
@@ -707,6 +735,7 @@ mod tests {
             futures::task::noop_waker(),
             hello(),
             None,
+            Total::default(),
         ) else {
             return;
         };
@@ -725,9 +754,17 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let local = "127.0.0.1:0".parse().unwrap();
         let waker = futures::task::noop_waker();
-        let dialled = Conn::dial(addr, local, waker.clone(), hello(), None).unwrap();
+        let dialled =
+            Conn::dial(addr, local, waker.clone(), hello(), None, Total::default()).unwrap();
         let (stream, peer) = listener.accept().unwrap();
-        let accepted = Conn::accepted(Async::new(stream).unwrap(), peer, waker, hello(), None);
+        let accepted = Conn::accepted(
+            Async::new(stream).unwrap(),
+            peer,
+            waker,
+            hello(),
+            None,
+            Total::default(),
+        );
         for conn in [&dialled, &accepted] {
             let socket = SockRef::from(conn.socket().get_ref());
             assert!(socket.keepalive().unwrap());

@@ -69,8 +69,10 @@
 //!   dials. An inbound connection that delivers no frame for [`TcpConfig::idle_timeout`]
 //!   (default 60 s; members send to each other far more often) is closed; the member dials
 //!   again when it next sends.
-//! - Memory per connection is bounded: one receive buffer of at most `max_frame + 4` bytes
-//!   and the send queue ([`TcpConfig::send_queue_bytes`]).
+//! - Memory is bounded: per connection, one receive buffer of at most `max_frame + 4` bytes,
+//!   its hello (at most 44 bytes) and a send queue of at most
+//!   [`TcpConfig::send_queue_bytes`]; over all connections together, the send queues hold at
+//!   most [`TcpConfig::max_queued_bytes`] (see [Slow peers](#slow-peers)).
 //!
 //! # Trust
 //! The mesh does not authenticate members: a hello is taken at its word, as a UDP backend
@@ -97,9 +99,22 @@
 //!
 //! # Slow peers
 //! Sending never blocks on a member: a frame is written if the kernel takes it, queued
-//! otherwise, and **dropped** when the member's queue would exceed `send_queue_bytes` or its
-//! address is in reconnect backoff (counted in [`TcpStats`]). `send_to` still returns `Ok`:
-//! the protocol treats every send as possibly lost and retransmits.
+//! otherwise, and **dropped** when the member's queue would exceed `send_queue_bytes`, when
+//! the bytes queued over all members together would exceed [`TcpConfig::max_queued_bytes`]
+//! (default 64 MiB), or when its address is in reconnect backoff (counted in [`TcpStats`]:
+//! `dropped_queue_full`, `dropped_budget`, `dropped_unreachable`). `send_to` still returns
+//! `Ok`: the protocol treats every send as possibly lost and retransmits.
+//!
+//! The total ([`TcpStats::queued_bytes`]) counts the data frames queued and not yet written on
+//! every connection (prefixes included, hellos not) and the frames sent to ourselves not yet
+//! received. It grows when a frame is queued (only the part the kernel did not take at once)
+//! and shrinks as queued bytes are written, when a connection closes with frames still queued,
+//! and when frames move off a duplicate connection (they count again on the one they move to,
+//! within the budget). The budget is checked for a whole frame before it is written, since
+//! the rest of a partly written frame must be queued: while slow members use it up, frames to
+//! every member are dropped until their queues drain or their connections close. So however
+//! many connections are open, the mesh holds at most `max_queued_bytes` of frames plus, per
+//! connection, one receive buffer (`max_frame + 4` bytes) and its hello.
 //!
 //! # Driving
 //! There is no background thread: whoever receives drives the mesh. It accepts, completes
@@ -170,6 +185,6 @@ mod state;
 mod stats;
 mod wake;
 
-pub use config::{TcpConfig, TcpConfigError, MAX_DURATION, MIN_FRAME};
+pub use config::{TcpConfig, TcpConfigError, MAX_DURATION, MAX_QUEUED_BYTES, MIN_FRAME};
 pub use mesh::TcpMesh;
 pub use stats::TcpStats;

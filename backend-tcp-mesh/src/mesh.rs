@@ -156,7 +156,9 @@ impl Transport for TcpMesh {
 
     /// Sends one frame to the member listening at `to`, dialling it if needed. Never waits:
     /// the frame is written if the socket takes it, queued otherwise, and dropped (with `Ok`)
-    /// if the member's queue is full or its address is in reconnect backoff.
+    /// if the member's queue is full, the mesh's budget of queued bytes
+    /// ([`TcpConfig::max_queued_bytes`](crate::TcpConfig::max_queued_bytes)) would be
+    /// exceeded, or the member's address is in reconnect backoff.
     ///
     /// # Cancel safety
     /// Cancel-safe: it never waits, so it completes at its first poll.

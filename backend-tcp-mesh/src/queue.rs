@@ -1,6 +1,55 @@
-//! The send side of one connection: whole frames waiting for the socket to take them.
+//! The send side of one connection: whole frames waiting for the socket to take them, and the
+//! mesh-wide total of queued bytes every queue keeps up to date.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The bytes of data frames queued and not yet written, over every connection of a mesh (and
+/// the frames it sent to itself, which the mesh adds by hand): what
+/// [`TcpConfig::max_queued_bytes`](crate::TcpConfig::max_queued_bytes) bounds. Hellos do not
+/// count. Every [`SendQueue`] holds a handle and updates it as bytes are queued, written, moved
+/// away or dropped with the queue, so no path that discards a connection can leak or
+/// double-count bytes.
+///
+/// Only changed with the mesh's lock held: the atomic merely makes the handle `Send + Sync`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Total(Arc<AtomicUsize>);
+
+impl Total {
+    /// The bytes counted now.
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether `n` more bytes keep the total within `max`.
+    pub(crate) fn fits(&self, n: usize, max: usize) -> bool {
+        self.get().checked_add(n).is_some_and(|total| total <= max)
+    }
+
+    /// Counts `n` bytes more.
+    pub(crate) fn add(&self, n: usize) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_add(n))
+            });
+    }
+
+    /// Counts `n` bytes fewer; never below zero (a debug build asserts it never tries).
+    pub(crate) fn sub(&self, n: usize) {
+        let before = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_sub(n))
+            })
+            .unwrap_or_default();
+        debug_assert!(
+            before >= n,
+            "queued total {before} would go below zero by {n}"
+        );
+    }
+}
 
 /// One encoded frame, prefix included.
 #[derive(Debug)]
@@ -18,9 +67,32 @@ pub(crate) struct SendQueue {
     head: usize,
     /// Bytes not yet written, over all frames.
     bytes: usize,
+    /// Bytes not yet written, over the data frames (all but the hello): this queue's share of
+    /// `total`.
+    data: usize,
+    /// The mesh's total, which `data` is part of.
+    total: Total,
+}
+
+impl Drop for SendQueue {
+    fn drop(&mut self) {
+        // Whatever is still queued is discarded with the connection.
+        self.total.sub(self.data);
+    }
 }
 
 impl SendQueue {
+    /// An empty queue whose data bytes count in `total`.
+    pub(crate) fn new(total: Total) -> Self {
+        Self {
+            frames: VecDeque::new(),
+            head: 0,
+            bytes: 0,
+            data: 0,
+            total,
+        }
+    }
+
     /// Whether nothing waits.
     pub(crate) fn is_empty(&self) -> bool {
         self.frames.is_empty()
@@ -29,6 +101,16 @@ impl SendQueue {
     /// Bytes waiting.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Bytes of data frames (all but the hello) waiting: this queue's share of the total.
+    pub(crate) fn data_bytes(&self) -> usize {
+        self.data
+    }
+
+    /// The mesh's total this queue counts in.
+    pub(crate) fn total(&self) -> &Total {
+        &self.total
     }
 
     /// Frames waiting other than the hello.
@@ -50,7 +132,10 @@ impl SendQueue {
     pub(crate) fn push(&mut self, frame: Vec<u8>, written: usize) {
         debug_assert!(written == 0 || self.is_empty());
         debug_assert!(written < frame.len());
-        self.bytes += frame.len() - written;
+        let unwritten = frame.len() - written;
+        self.bytes += unwritten;
+        self.data += unwritten;
+        self.total.add(unwritten);
         if self.frames.is_empty() {
             self.head = written;
         }
@@ -73,6 +158,10 @@ impl SendQueue {
         let n = n.min(front.bytes.len() - self.head);
         self.head += n;
         self.bytes -= n;
+        if !front.hello {
+            self.data -= n;
+            self.total.sub(n);
+        }
         if self.head == front.bytes.len() {
             self.frames.pop_front();
             self.head = 0;
@@ -100,6 +189,24 @@ impl SendQueue {
             .map(|f| f.bytes.len())
             .sum::<usize>()
             .saturating_sub(self.head);
+        let data = self
+            .frames
+            .iter()
+            .filter(|f| !f.hello)
+            .map(|f| f.bytes.len())
+            .sum::<usize>()
+            .saturating_sub(if self.frames.front().is_some_and(|f| !f.hello) {
+                self.head
+            } else {
+                0
+            });
+        debug_assert_eq!(
+            self.data.checked_sub(data),
+            Some(taken.iter().map(Vec::len).sum::<usize>()),
+            "moved frames are whole and unwritten"
+        );
+        self.total.sub(self.data.saturating_sub(data));
+        self.data = data;
         taken
     }
 }
@@ -150,5 +257,37 @@ mod tests {
         assert_eq!(q.take_unsent(), vec![vec![3; 5]]);
         assert_eq!(q.bytes(), 6);
         assert_eq!(q.front(), Some(&[2u8; 6][..]));
+    }
+
+    #[test]
+    fn the_total_counts_data_bytes_until_written_moved_or_dropped() {
+        let total = Total::default();
+        let mut a = SendQueue::new(total.clone());
+        a.push_hello(vec![1; 24]);
+        assert_eq!(total.get(), 0, "hellos do not count");
+        a.push(vec![2; 10], 0);
+        a.push(vec![3; 5], 0);
+        assert_eq!((a.data_bytes(), total.get()), (15, 15));
+        a.advance(20);
+        assert_eq!(total.get(), 15, "writing the hello changes nothing");
+        a.advance(4);
+        a.advance(3);
+        assert_eq!((a.data_bytes(), total.get()), (12, 12));
+        let mut b = SendQueue::new(total.clone());
+        b.push(vec![4; 8], 2);
+        assert_eq!(
+            total.get(),
+            18,
+            "a partial first write counts only the rest"
+        );
+        // The partly written frame stays, the untouched one moves out of the total.
+        assert_eq!(a.take_unsent(), vec![vec![3; 5]]);
+        assert_eq!((a.data_bytes(), total.get()), (7, 13));
+        assert!(total.fits(7, 20) && !total.fits(8, 20) && !total.fits(usize::MAX, usize::MAX));
+        drop(a);
+        assert_eq!(total.get(), 6, "a dropped queue releases what it held");
+        b.advance(6);
+        assert!(b.is_empty());
+        assert_eq!(total.get(), 0);
     }
 }

@@ -10,7 +10,11 @@ pub struct TcpStats {
     /// Members with an established connection now: their hello arrived, and it is the one
     /// connection frames to them go on (a member also known under an alias counts once).
     pub peers: usize,
-    /// Bytes queued now, over all connections.
+    /// Bytes queued now and not yet written, over all connections: data frames with their
+    /// 4-byte prefixes (hellos excluded), plus frames sent to ourselves and not yet received.
+    /// Frames the kernel took at once never count. This is the total
+    /// [`TcpConfig::max_queued_bytes`](crate::TcpConfig::max_queued_bytes) bounds: never above
+    /// it.
     pub queued_bytes: usize,
     /// The most bytes ever queued for one connection; never above
     /// [`TcpConfig::send_queue_bytes`](crate::TcpConfig::send_queue_bytes).
@@ -21,6 +25,10 @@ pub struct TcpStats {
     pub frames_received: u64,
     /// Frames dropped because their member's send queue was full.
     pub dropped_queue_full: u64,
+    /// Frames dropped because queuing them would have taken [`TcpStats::queued_bytes`] above
+    /// [`TcpConfig::max_queued_bytes`](crate::TcpConfig::max_queued_bytes), though their
+    /// member's own queue had room (frames moved off a duplicate connection included).
+    pub dropped_budget: u64,
     /// Frames dropped because their member was in reconnect backoff, could not be dialled, or
     /// `max_connections` outbound connections were open.
     pub dropped_unreachable: u64,

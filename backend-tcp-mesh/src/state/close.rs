@@ -13,6 +13,7 @@ impl State {
         self.closing = true;
         self.listener = None;
         self.to_self.clear();
+        self.total.sub(self.to_self_bytes);
         self.to_self_bytes = 0;
         self.bell.notify();
         self.alert_sleepers();

@@ -7,6 +7,7 @@ use std::time::Instant;
 use tracing::debug;
 
 use super::State;
+use crate::conn::Sent;
 use crate::frame::Hello;
 use crate::wake::Token;
 
@@ -166,11 +167,13 @@ impl State {
         self.note_deadline(deadline);
         self.conns.insert(loser, conn);
         self.schedule(loser);
-        let bound = self.config.send_queue_bytes;
+        let (bound, budget) = (self.config.send_queue_bytes, self.config.max_queued_bytes);
         if let Some(target) = self.conns.get_mut(&winner) {
             for frame in moved {
-                if !target.requeue(frame, bound) {
-                    self.stats.dropped_queue_full += 1;
+                match target.requeue(frame, bound, budget) {
+                    Sent::Full => self.stats.dropped_queue_full += 1,
+                    Sent::OverBudget => self.stats.dropped_budget += 1,
+                    Sent::Written | Sent::Queued | Sent::QueuedFirst => {}
                 }
             }
             self.stats.peak_queue_bytes = self.stats.peak_queue_bytes.max(target.queue.bytes());

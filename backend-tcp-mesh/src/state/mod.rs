@@ -23,6 +23,7 @@ use crate::config::TcpConfig;
 use crate::conn::{Conn, Received, Sent};
 use crate::frame::Hello;
 use crate::peer::Peer;
+use crate::queue::Total;
 use crate::stats::TcpStats;
 use crate::wake::{Doorbell, Token, LISTENER};
 
@@ -79,9 +80,13 @@ pub(crate) struct State {
     next_token: Token,
     /// The earliest deadline of any connection or of the accept pause (may be stale-early).
     next_deadline: Option<Instant>,
-    /// Frames sent to our own address, and their bytes.
+    /// Frames sent to our own address, and their bytes (counted in `total` too).
     to_self: VecDeque<Vec<u8>>,
     to_self_bytes: usize,
+    /// Data bytes queued and not yet written over every connection, plus `to_self_bytes`:
+    /// what `max_queued_bytes` bounds. Each connection's queue keeps its share up to date
+    /// (see [`Total`]); `to_self` is counted here by hand.
+    total: Total,
     closing: bool,
     /// A blocking drive served sockets without registering them with the reactor: the next
     /// async drive serves every socket once, which registers those still blocked.
@@ -123,6 +128,7 @@ impl State {
             next_deadline: None,
             to_self: VecDeque::new(),
             to_self_bytes: 0,
+            total: Total::default(),
             closing: false,
             unarmed: false,
             #[cfg(unix)]
@@ -145,9 +151,24 @@ impl State {
                 .filter_map(|token| self.conns.get(&token))
                 .filter(|c| c.hello.is_some() && !c.draining)
                 .count(),
-            queued_bytes: self.conns.values().map(|c| c.queue.bytes()).sum(),
+            queued_bytes: self.queued_bytes(),
             ..self.stats
         }
+    }
+
+    /// The mesh-wide total of queued bytes (see [`State::total`]).
+    fn queued_bytes(&self) -> usize {
+        let total = self.total.get();
+        debug_assert_eq!(
+            total,
+            self.conns
+                .values()
+                .map(|c| c.queue.data_bytes())
+                .sum::<usize>()
+                + self.to_self_bytes,
+            "the running total matches the queues"
+        );
+        total
     }
 
     /// Sends one frame to the member listening at `to` (see `Transport::send_to`).
@@ -189,14 +210,18 @@ impl State {
                 }
             },
         };
-        let bound = self.config.send_queue_bytes;
+        let (bound, budget) = (self.config.send_queue_bytes, self.config.max_queued_bytes);
         let Some(conn) = self.conns.get_mut(&token) else {
             return Ok(());
         };
-        match conn.send(payload, bound) {
+        match conn.send(payload, bound, budget) {
             Ok(Sent::Full) => {
                 self.stats.dropped_queue_full += 1;
                 trace!(%to, "frame dropped: send queue full");
+            }
+            Ok(Sent::OverBudget) => {
+                self.stats.dropped_budget += 1;
+                trace!(%to, "frame dropped: max_queued_bytes queued over all members");
             }
             Ok(sent) => {
                 self.stats.frames_sent += 1;
@@ -276,6 +301,7 @@ impl State {
         }
         if let Some(bytes) = self.to_self.pop_front() {
             self.to_self_bytes -= bytes.len();
+            self.total.sub(bytes.len());
             self.stats.frames_received += 1;
             return Step::Datagram(Datagram {
                 from: self.local,
@@ -310,7 +336,12 @@ impl State {
             self.stats.dropped_queue_full += 1;
             return;
         }
+        if !self.total.fits(payload.len(), self.config.max_queued_bytes) {
+            self.stats.dropped_budget += 1;
+            return;
+        }
         self.to_self_bytes += payload.len();
+        self.total.add(payload.len());
         self.to_self.push_back(payload.to_vec());
         self.stats.frames_sent += 1;
         self.bell.notify();
@@ -347,7 +378,14 @@ impl State {
         let deadline = now.checked_add(self.config.connect_timeout);
         self.stats.connect_attempts += 1;
         let waker = self.bell.waker(token);
-        let conn = match Conn::dial(addr, self.local, waker, self.hello.clone(), deadline) {
+        let conn = match Conn::dial(
+            addr,
+            self.local,
+            waker,
+            self.hello.clone(),
+            deadline,
+            self.total.clone(),
+        ) {
             Ok(conn) => conn,
             Err(error) => {
                 debug!(%addr, %error, "connect failed");
@@ -432,7 +470,14 @@ impl State {
         let token = self.token();
         let deadline = now.checked_add(self.config.handshake_timeout);
         let waker = self.bell.waker(token);
-        let conn = Conn::accepted(stream, from, waker, self.hello.clone(), deadline);
+        let conn = Conn::accepted(
+            stream,
+            from,
+            waker,
+            self.hello.clone(),
+            deadline,
+            self.total.clone(),
+        );
         trace!(%from, token, "accepted");
         self.note_deadline(deadline);
         self.conns.insert(token, conn);

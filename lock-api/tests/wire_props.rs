@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, HeldLock,
-    LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Segment, StreamAck,
-    BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
-    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
+    Segment, StreamAck, BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN,
+    MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -240,11 +240,42 @@ fn arb_discovery() -> BoxedStrategy<Discovery> {
 fn arb_frame() -> BoxedStrategy<Frame> {
     prop_oneof![
         arb_discovery().prop_map(Frame::Discovery),
-        arb_u64().prop_map(|epoch| Frame::Heartbeat { epoch }),
+        (arb_u64(), arb_u64(), any::<u128>(), arb_lease_beat()).prop_map(
+            |(epoch, view_epoch, coordinator, lease)| Frame::Heartbeat {
+                epoch,
+                view_epoch,
+                coordinator,
+                lease,
+            }
+        ),
         arb_segment().prop_map(Frame::Data),
         prop::collection::vec(arb_segment(), 0..4).prop_map(Frame::Bundle),
         arb_ack().prop_map(Frame::Ack),
     ]
+    .boxed()
+}
+
+fn arb_probe() -> BoxedStrategy<Probe> {
+    (arb_u64(), arb_u64())
+        .prop_map(|(term, seq)| Probe { term, seq })
+        .boxed()
+}
+
+fn arb_lease_beat() -> BoxedStrategy<Option<LeaseBeat>> {
+    prop::option::of(
+        (
+            arb_u64(),
+            prop::option::of(arb_probe()),
+            prop::option::of(arb_probe()),
+            prop::option::of(arb_u64()),
+        )
+            .prop_map(|(max_term, probe, echo, refused)| LeaseBeat {
+                max_term,
+                probe,
+                echo,
+                refused,
+            }),
+    )
     .boxed()
 }
 
@@ -324,15 +355,23 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_lock_name(),
             arb_owner_id(),
             arb_lock_mode(),
-            any::<bool>()
+            any::<bool>(),
+            arb_u64()
         )
-            .prop_map(|(request, name, owner, mode, wait)| LockMessage::Lock {
-                request,
-                name,
-                owner,
-                mode,
-                wait
-            }),
+            .prop_map(
+                |(request, name, owner, mode, wait, stamp)| LockMessage::Lock {
+                    request,
+                    name,
+                    owner,
+                    mode,
+                    wait,
+                    stamp
+                }
+            ),
+        (arb_u64(), prop::collection::vec(arb_request_id(), 0..6))
+            .prop_map(|(stamp, held)| LockMessage::Renew { stamp, held }),
+        (arb_u64(), prop::collection::vec(arb_request_id(), 0..6))
+            .prop_map(|(stamp, held)| LockMessage::Renewed { stamp, held }),
         (arb_request_id(), arb_lock_name())
             .prop_map(|(request, name)| LockMessage::Cancel { request, name }),
         (
@@ -347,13 +386,14 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 owner,
                 token
             }),
-        (arb_request_id(), arb_lock_name(), arb_token()).prop_map(|(request, name, token)| {
-            LockMessage::Granted {
+        (arb_request_id(), arb_lock_name(), arb_token(), arb_u64()).prop_map(
+            |(request, name, token, stamp)| LockMessage::Granted {
                 request,
                 name,
                 token,
+                stamp,
             }
-        }),
+        ),
         (arb_request_id(), arb_lock_name())
             .prop_map(|(request, name)| LockMessage::Denied { request, name }),
         arb_request_id().prop_map(|request| LockMessage::UnlockAck { request }),
@@ -419,6 +459,8 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Cancel { .. }) => "Cancel",
         Message::Lock(LockMessage::Unlock { .. }) => "Unlock",
         Message::Lock(LockMessage::Granted { .. }) => "Granted",
+        Message::Lock(LockMessage::Renew { .. }) => "Renew",
+        Message::Lock(LockMessage::Renewed { .. }) => "Renewed",
         Message::Lock(LockMessage::Denied { .. }) => "Denied",
         Message::Lock(LockMessage::UnlockAck { .. }) => "UnlockAck",
         Message::Lock(LockMessage::LockInfoRequest { .. }) => "LockInfoRequest",
@@ -447,7 +489,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 14, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 16, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);
@@ -1080,7 +1122,12 @@ fn hostile_inputs() -> Vec<(&'static str, Vec<u8>, bool)> {
         body.extend(text("sender"));
         body.extend(cbor(&hostile_member()));
         body.extend(text("frame"));
-        body.extend(cbor(&Frame::Heartbeat { epoch: 1 }));
+        body.extend(cbor(&Frame::Heartbeat {
+            epoch: 1,
+            view_epoch: 1,
+            coordinator: 1,
+            lease: None,
+        }));
         body.extend(text("unknown"));
         body.extend(&bytes);
         cases.push((what, body, true));
@@ -1267,7 +1314,7 @@ fn ping_packet() -> Packet {
 fn golden_ping_packet() {
     const GOLDEN: &str = concat!(
         "434e434c",                             // magic "CNCL"
-        "02",                                   // protocol version
+        "03",                                   // protocol version
         "2b72c88efe37d9c4",                     // cluster id: FNV-1a of "golden", big-endian
         "a2",                                   // Packet: map of 2
         "6673656e646572",                       // "sender"
@@ -1284,7 +1331,7 @@ fn golden_ping_packet() {
     let bytes = encode(cluster, &ping_packet());
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");
     assert_eq!(
-        PROTOCOL_VERSION, 2,
+        PROTOCOL_VERSION, 3,
         "update the golden bytes with the version"
     );
     assert_eq!(wire::decode_packet(cluster, &bytes), Ok(ping_packet()));
@@ -1294,11 +1341,12 @@ fn golden_ping_packet() {
 /// protocol version change too.
 #[test]
 fn golden_granted_message() {
-    const GOLDEN: &str = "a1644c6f636ba1674772616e746564a36772657175657374182a646e616d65686f72646572732f3765746f6b656e1b0000000300000001";
+    const GOLDEN: &str = "a1644c6f636ba1674772616e746564a46772657175657374182a646e616d65686f72646572732f3765746f6b656e1b0000000300000001657374616d7009";
     let message = Message::Lock(LockMessage::Granted {
         request: RequestId(42),
         name: LockName::new("orders/7").expect("valid"),
         token: FencingToken::new(3, 1),
+        stamp: 9,
     });
     let bytes = wire::encode_message(&message).expect("encodes");
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");
@@ -1314,7 +1362,12 @@ fn round_trip_member(sender: MemberId) -> Result<Packet, DecodeError> {
     let cluster = ClusterId::from_name("v6");
     let packet = Packet {
         sender,
-        frame: Frame::Heartbeat { epoch: 1 },
+        frame: Frame::Heartbeat {
+            epoch: 1,
+            view_epoch: 1,
+            coordinator: 1,
+            lease: None,
+        },
     };
     wire::decode_packet(cluster, &encode(cluster, &packet))
 }
@@ -1391,7 +1444,12 @@ fn packet_body_with_sender(sender: &[u8]) -> Vec<u8> {
         text("sender"),
         sender.to_vec(),
         text("frame"),
-        cbor(&Frame::Heartbeat { epoch: 1 }),
+        cbor(&Frame::Heartbeat {
+            epoch: 1,
+            view_epoch: 1,
+            coordinator: 1,
+            lease: None,
+        }),
     ]
     .concat()
 }

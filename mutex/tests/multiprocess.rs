@@ -385,7 +385,12 @@ fn hostile_datagrams(cluster: &str) -> Vec<Vec<u8>> {
     let packets = [
         Frame::Discovery(Discovery::Ping),
         Frame::Discovery(Discovery::Announce { view }),
-        Frame::Heartbeat { epoch: 1 << 40 },
+        Frame::Heartbeat {
+            epoch: 1 << 40,
+            view_epoch: 1 << 40,
+            coordinator: 1,
+            lease: None,
+        },
     ]
     .map(|frame| Packet {
         sender: fake.clone(),

@@ -293,22 +293,26 @@ impl Endpoint {
         }
         match frame {
             Frame::Discovery(discovery) => self.gms.handle_discovery(now, &sender, discovery),
-            Frame::Heartbeat { epoch } => {
+            Frame::Heartbeat {
+                epoch,
+                view_epoch,
+                coordinator,
+                lease,
+            } => {
                 self.locks.note_alive(now, &sender);
-                self.gms.handle_heartbeat(now, &sender, epoch);
+                self.gms
+                    .handle_heartbeat(now, &sender, epoch, view_epoch, coordinator);
+                if let Some(beat) = lease {
+                    self.locks.handle_lease_beat(now, &sender, beat);
+                }
             }
-            Frame::Data(segment) => {
-                self.note_alive(now, &sender);
-                self.reliable.handle_segment(now, &sender, segment);
-            }
-            Frame::Bundle(segments) => {
-                self.note_alive(now, &sender);
-                self.reliable.handle_bundle(now, &sender, segments);
-            }
-            Frame::Ack(ack) => {
-                self.note_alive(now, &sender);
-                self.reliable.handle_ack(now, &sender, ack);
-            }
+            // Reliable-layer frames are no sign of life: a coordinator that excluded us (or
+            // left our view for another) still acknowledges what we send, and counting that
+            // would keep us in a view nobody coordinates. Heartbeats go only to the members
+            // of the sender's view.
+            Frame::Data(segment) => self.reliable.handle_segment(now, &sender, segment),
+            Frame::Bundle(segments) => self.reliable.handle_bundle(now, &sender, segments),
+            Frame::Ack(ack) => self.reliable.handle_ack(now, &sender, ack),
         }
         self.pump(now);
     }
@@ -329,13 +333,6 @@ impl Endpoint {
             self.reliable.remove_peer(&member);
         }
         self.pump(now);
-    }
-
-    /// Reliable-layer traffic is a sign of life for failure detection only. Lock leases are
-    /// renewed by heartbeats alone: a grantor that excluded us still acknowledges what we
-    /// send, but it heartbeats only the members of its view.
-    fn note_alive(&mut self, now: Instant, from: &MemberId) {
-        self.gms.note_alive(now, from);
     }
 
     /// The next datagram to send. Reliable traffic is framed here, when it is asked for:
@@ -431,8 +428,22 @@ impl Endpoint {
     fn handle_gms_output(&mut self, now: Instant, output: GmsOutput) {
         match output {
             GmsOutput::Send { to, message } => self.send_reliably(now, &to, Message::Gms(message)),
-            GmsOutput::Heartbeat { to, epoch } => {
-                self.transmit(Destination::Member(to.addr()), Frame::Heartbeat { epoch });
+            GmsOutput::Heartbeat {
+                to,
+                epoch,
+                view_epoch,
+                coordinator,
+            } => {
+                let lease = self.locks.lease_beat(now, &to);
+                self.transmit(
+                    Destination::Member(to.addr()),
+                    Frame::Heartbeat {
+                        epoch,
+                        view_epoch,
+                        coordinator,
+                        lease,
+                    },
+                );
             }
             GmsOutput::Discover(discovery) => {
                 self.transmit(Destination::Discovery, Frame::Discovery(discovery));

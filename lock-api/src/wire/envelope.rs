@@ -9,7 +9,7 @@ pub const MAGIC: [u8; 4] = *b"CNCL";
 
 /// The protocol version this build speaks. Datagrams of another version are rejected with
 /// [`DecodeError::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// Length of the fixed header in bytes: magic (4), version (1), cluster id (8).
 pub const HEADER_LEN: usize = 13;

@@ -28,6 +28,18 @@ pub enum Frame {
     Heartbeat {
         /// The highest view epoch the sender has heard of (at least its current view's).
         epoch: u64,
+        /// The epoch of the sender's current view (0 before it has one).
+        #[serde(default)]
+        view_epoch: u64,
+        /// Incarnation of the coordinator of the sender's current view (0 before it has one).
+        /// A receiver counts the heartbeat as a sign of life in its own view only if the
+        /// sender follows the same coordinator (or is ahead of it); a member whose
+        /// coordinator has moved on to another lineage stops hearing it and takes over.
+        #[serde(default)]
+        coordinator: u128,
+        /// Lock-lease traffic riding on the heartbeat (`Majority` policy only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<LeaseBeat>,
     },
     /// Reliable layer: a fragment of a message.
     Data(Segment),
@@ -37,6 +49,39 @@ pub enum Frame {
     Bundle(Vec<Segment>),
     /// Reliable layer: cumulative acknowledgement.
     Ack(Ack),
+}
+
+/// Lease traffic of the `Majority` policy, carried by a heartbeat.
+///
+/// A grantor proves it may grant by probing the members of its view: it sends a probe in
+/// every heartbeat round and counts a member as supporting it from the moment *it sent* a
+/// probe that the member echoed. A member echoes only the coordinator of its view, promises
+/// with the echo not to support any other grantor (or a lower term) for a while, and never
+/// echoes a lower term than one it has echoed. See `docs/protocol.md`, "Leases".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseBeat {
+    /// The highest grantor term the sender has heard of.
+    pub max_term: u64,
+    /// From a grantor: a probe of its current term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Probe>,
+    /// To a grantor: the latest probe of the receiver that the sender supports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub echo: Option<Probe>,
+    /// To a grantor: the sender will never support the receiver's current term, having
+    /// supported this term (equal or higher) of another grantor; the grantor must begin a
+    /// higher term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<u64>,
+}
+
+/// One probe of a grantor: its term and the number of the heartbeat round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// The grantor's term.
+    pub term: u64,
+    /// The round, increasing within the term.
+    pub seq: u64,
 }
 
 /// Discovery traffic, sent to the discovery channel (multicast group or seed list) or in reply.
@@ -187,6 +232,25 @@ pub enum LockMessage {
         mode: LockMode,
         /// Whether to queue when the lock is busy.
         wait: bool,
+        /// The client's send stamp of this copy (see [`LockMessage::Renew`]); 0 for none.
+        #[serde(default)]
+        stamp: u64,
+    },
+    /// Client → grantor (`Majority` only): renew the leases of these holds. The client
+    /// remembers when it sent each stamp; an answer naming the stamp extends the lease of
+    /// every hold it confirms to that send time plus the lease.
+    Renew {
+        /// The client's send stamp.
+        stamp: u64,
+        /// The requests whose grants the client holds.
+        held: Vec<RequestId>,
+    },
+    /// Grantor → client: these holds are in my table and my term's lease is valid.
+    Renewed {
+        /// Echo of the renewal's stamp.
+        stamp: u64,
+        /// The holds confirmed (a subset of those the renewal named).
+        held: Vec<RequestId>,
     },
     /// Client → grantor: withdraw a request; if it was granted meanwhile, release it.
     /// Answered by [`LockMessage::Denied`].
@@ -217,6 +281,10 @@ pub enum LockMessage {
         name: LockName,
         /// The fencing token of the grant.
         token: FencingToken,
+        /// The latest send stamp the grantor had received from the client when it granted:
+        /// under `Majority` the holder's lease runs from the moment it sent that stamp.
+        #[serde(default)]
+        stamp: u64,
     },
     /// Grantor → client: the request is refused (try-lock of a busy lock) or withdrawn (answer
     /// to [`LockMessage::Cancel`]).

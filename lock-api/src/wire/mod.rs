@@ -36,7 +36,7 @@ pub use codec::{
 };
 pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
-    Ack, Discovery, Frame, GmsMessage, HeldLock, LockMessage, Message, Packet, PendingRelease,
-    PendingRequest, Segment, StreamAck, MAX_BUNDLE,
+    Ack, Discovery, Frame, GmsMessage, HeldLock, LeaseBeat, LockMessage, Message, Packet,
+    PendingRelease, PendingRequest, Probe, Segment, StreamAck, MAX_BUNDLE,
 };
 pub use payload::Payload;

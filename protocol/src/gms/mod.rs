@@ -91,6 +91,10 @@ pub struct Gms {
     max_epoch_seen: u64,
     /// When each member of the current view was last heard from.
     last_heard: BTreeMap<MemberId, Instant>,
+    /// Members whose heartbeats show that they follow another coordinator than ours (another
+    /// lineage of views), since when. Such a member is alive but not in our view in any sense
+    /// that matters: after the suspect timeout it is suspected like a silent one.
+    stray_since: BTreeMap<MemberId, Instant>,
     next_heartbeat: Option<Instant>,
     next_announce: Option<Instant>,
     pending_joins: Vec<MemberId>,
@@ -117,6 +121,7 @@ impl Gms {
             view: None,
             max_epoch_seen: 0,
             last_heard: BTreeMap::new(),
+            stray_since: BTreeMap::new(),
             next_heartbeat: None,
             next_announce: None,
             pending_joins: Vec::new(),
@@ -241,7 +246,7 @@ impl Gms {
         }
     }
 
-    /// Records that a heartbeat or a reliable-layer frame arrived from `from`: it is alive.
+    /// Records that a heartbeat (or a membership message) arrived from `from`: it is alive.
     /// (Discovery traffic does not count; see [`Gms::handle_discovery`].)
     pub fn note_alive(&mut self, now: Instant, from: &MemberId) {
         if let Some(at) = self.last_heard.get_mut(from) {
@@ -249,11 +254,37 @@ impl Gms {
         }
     }
 
-    /// Handles a heartbeat from `from`, whose current view has `epoch`.
-    pub fn handle_heartbeat(&mut self, now: Instant, from: &MemberId, epoch: u64) {
-        self.note_alive(now, from);
-        if self.last_heard.contains_key(from) {
-            self.max_epoch_seen = self.max_epoch_seen.max(epoch);
+    /// Handles a heartbeat from `from`, who has heard of views up to `epoch` and is in the
+    /// view `view_epoch` coordinated by the member with incarnation `coordinator`.
+    ///
+    /// The heartbeat is a sign of life only if the sender follows our coordinator, or is in a
+    /// newer view of another coordinator while it is not our coordinator (we are probably
+    /// about to receive that view). Otherwise the sender lives in another lineage of views:
+    /// our coordinator that moved on to someone else's view, or a member left behind in a
+    /// view we abandoned. Such a member is suspected after the suspect timeout even though it
+    /// keeps talking to us, so that two members cannot keep each other in stale views forever
+    /// (one takes over and the views merge).
+    pub fn handle_heartbeat(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        epoch: u64,
+        view_epoch: u64,
+        coordinator: u128,
+    ) {
+        if !self.last_heard.contains_key(from) {
+            return;
+        }
+        self.max_epoch_seen = self.max_epoch_seen.max(epoch);
+        let Some(view) = &self.view else { return };
+        let ours = view.coordinator();
+        let follows =
+            coordinator == ours.incarnation() || (view_epoch > view.epoch() && from != ours);
+        if follows {
+            self.stray_since.remove(from);
+            self.note_alive(now, from);
+        } else if self.stray_since.len() < MAX_REMEMBERED {
+            self.stray_since.entry(from.clone()).or_insert(now);
         }
     }
 
@@ -534,21 +565,30 @@ impl Gms {
         // The highest epoch we know of, not just our view's: knowledge of epochs spreads to
         // every member, so the next view (and its fencing tokens) exceeds them all.
         let epoch = self.max_epoch_seen.max(view.epoch());
+        let (view_epoch, coordinator) = (view.epoch(), view.coordinator().incarnation());
         for member in view.members() {
             if *member != self.local {
                 self.outputs.push_back(GmsOutput::Heartbeat {
                     to: member.clone(),
                     epoch,
+                    view_epoch,
+                    coordinator,
                 });
             }
         }
     }
 
     fn is_suspected(&self, now: Instant, member: &MemberId) -> bool {
+        let timeout = self.config.suspect_timeout;
         member != &self.local
-            && self.last_heard.get(member).is_none_or(|heard| {
-                now.saturating_duration_since(*heard) > self.config.suspect_timeout
-            })
+            && (self
+                .last_heard
+                .get(member)
+                .is_none_or(|heard| now.saturating_duration_since(*heard) > timeout)
+                || self
+                    .stray_since
+                    .get(member)
+                    .is_some_and(|since| now.saturating_duration_since(*since) > timeout))
     }
 
     /// As coordinator: install a view with the pending joins, leaves and exclusions, if any.
@@ -723,6 +763,9 @@ impl Gms {
             heard.insert(member.clone(), at);
         }
         self.last_heard = heard;
+        // A new view starts every member's lineage check afresh: one that still follows
+        // another coordinator shows it again with its next heartbeat.
+        self.stray_since.clear();
         self.phase = Phase::Member;
         self.view = Some(view.clone());
         self.stats.views_installed += 1;

@@ -68,7 +68,12 @@ impl Net {
                     };
                     match out.clone() {
                         GmsOutput::Send { message, .. } => g.handle_message(now, &from, message),
-                        GmsOutput::Heartbeat { epoch, .. } => g.handle_heartbeat(now, &from, epoch),
+                        GmsOutput::Heartbeat {
+                            epoch,
+                            view_epoch,
+                            coordinator,
+                            ..
+                        } => g.handle_heartbeat(now, &from, epoch, view_epoch, coordinator),
                         GmsOutput::Discover(d) | GmsOutput::DiscoveryReply { discovery: d, .. } => {
                             g.handle_discovery(now, &from, d)
                         }

@@ -19,8 +19,12 @@ pub enum GmsOutput {
     Heartbeat {
         /// The receiver.
         to: MemberId,
-        /// Epoch of our current view.
+        /// The highest view epoch we have heard of.
         epoch: u64,
+        /// Epoch of our current view.
+        view_epoch: u64,
+        /// Incarnation of our current view's coordinator.
+        coordinator: u128,
     },
     /// Send to the discovery channel (multicast group or seed list).
     Discover(Discovery),

@@ -11,7 +11,7 @@ use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequ
 use conclave_lock_api::{
     FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
 };
-use tracing::{debug, trace};
+use tracing::debug;
 
 use super::{LockNotice, Outbox, Refusal};
 use crate::time::Instant;
@@ -38,6 +38,9 @@ pub(crate) struct Held {
     pub(crate) granted_in: u64,
     /// The grantor that granted it.
     pub(crate) granted_by: MemberId,
+    /// `Majority`: the lease runs from this instant (the send time of the newest stamp a
+    /// grantor confirmed this hold with).
+    pub(crate) leased_from: Instant,
 }
 
 /// A release not yet acknowledged.
@@ -60,13 +63,24 @@ pub(crate) struct Client {
     releases: BTreeMap<RequestId, Release>,
     grantor: Option<MemberId>,
     epoch: u64,
+    /// Send stamps of recent lock requests and renewals, with when they were sent.
+    stamps: VecDeque<(u64, Instant)>,
+    next_stamp: u64,
+    /// `Majority`: the hold lease; grants whose lease has already run out are refused.
+    lease: Option<std::time::Duration>,
     /// Sabotage: neither resend nor report pending releases to a new grantor.
     pub(crate) forget_releases: bool,
 }
 
+/// Stamps remembered at most (older ones are past any lease anyway).
+const MAX_STAMPS: usize = 4096;
+
 impl Client {
-    pub(crate) fn new(local: MemberId) -> Self {
+    pub(crate) fn new(local: MemberId, lease: Option<std::time::Duration>) -> Self {
         Self {
+            stamps: VecDeque::new(),
+            next_stamp: 1,
+            lease,
             local,
             next_request: 1,
             pending: BTreeMap::new(),
@@ -77,6 +91,32 @@ impl Client {
             epoch: 0,
             forget_releases: false,
         }
+    }
+
+    /// A new send stamp, remembered with its send time.
+    fn stamp(&mut self, now: Instant) -> u64 {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        if let Some(lease) = self.lease {
+            while self
+                .stamps
+                .front()
+                .is_some_and(|(_, at)| now.saturating_duration_since(*at) > lease)
+            {
+                self.stamps.pop_front();
+            }
+        }
+        if self.stamps.len() >= MAX_STAMPS {
+            self.stamps.pop_front();
+        }
+        self.stamps.push_back((stamp, now));
+        stamp
+    }
+
+    /// When `stamp` was sent, if it is recent.
+    fn stamp_time(&self, stamp: u64) -> Option<Instant> {
+        let index = self.stamps.binary_search_by_key(&stamp, |(s, _)| *s).ok()?;
+        Some(self.stamps[index].1)
     }
 
     fn owner(&self, local: u64) -> OwnerId {
@@ -140,22 +180,74 @@ impl Client {
             deadline: timeout.map(|t| now + t),
             sent: false,
         };
-        if let Some(grantor) = &self.grantor {
-            out.push_back((grantor.clone(), self.lock_message(request, &pending)));
+        if let Some(grantor) = self.grantor.clone() {
+            let message = self.lock_message(now, request, &pending);
+            out.push_back((grantor, message));
             pending.sent = true;
         }
         self.pending.insert(request, pending);
         request
     }
 
-    fn lock_message(&self, request: RequestId, p: &Pending) -> LockMessage {
+    fn lock_message(&mut self, now: Instant, request: RequestId, p: &Pending) -> LockMessage {
         LockMessage::Lock {
             request,
             name: p.name.clone(),
             owner: self.owner(p.owner),
             mode: p.mode,
             wait: p.wait,
+            stamp: self.stamp(now),
         }
+    }
+
+    /// `Majority`: asks the grantor to renew the leases of every hold, if there is anything
+    /// to renew or a grant to wait for (a grant's lease runs from the newest stamp the
+    /// grantor has: renewals keep it fresh for a request that waits in the queue).
+    pub(crate) fn renew(&mut self, now: Instant, out: &mut Outbox) {
+        let Some(grantor) = self.grantor.clone() else {
+            return;
+        };
+        if self.held.is_empty() && self.pending.is_empty() {
+            return;
+        }
+        let stamp = self.stamp(now);
+        out.push_back((
+            grantor,
+            LockMessage::Renew {
+                stamp,
+                held: self.held.keys().copied().collect(),
+            },
+        ));
+    }
+
+    /// Whether there is anything to renew.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        !self.held.is_empty() || !self.pending.is_empty()
+    }
+
+    /// `Majority`: loses every hold whose lease ran out at `now` (reported, and released at
+    /// the grantor like an unlock).
+    pub(crate) fn expire_leases(
+        &mut self,
+        now: Instant,
+        lease: std::time::Duration,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        let expired: Vec<RequestId> = self
+            .held
+            .iter()
+            .filter(|(_, h)| now >= h.leased_from + lease)
+            .map(|(r, _)| *r)
+            .collect();
+        for request in expired {
+            self.lose(request, LockLostReason::LeaseExpired, out, notices);
+        }
+    }
+
+    /// The earliest instant a hold's lease runs out.
+    pub(crate) fn next_expiry(&self, lease: std::time::Duration) -> Option<Instant> {
+        self.held.values().map(|h| h.leased_from + lease).min()
     }
 
     /// Withdraws a pending request (the caller gave up). Returns whether it was pending. The
@@ -208,14 +300,15 @@ impl Client {
     /// A new view: follow its coordinator as grantor, and send it every pending request and
     /// release again. The grantor deduplicates by request id, so this is harmless, and it means
     /// nothing depends on a report reaching a reconciliation in time.
-    pub(crate) fn on_view(&mut self, view: &View, out: &mut Outbox) {
+    pub(crate) fn on_view(&mut self, now: Instant, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
         let grantor = view.coordinator().clone();
         self.grantor = Some(grantor.clone());
-        let messages: Vec<LockMessage> = self
-            .pending
+        let pending: Vec<(RequestId, Pending)> =
+            self.pending.iter().map(|(r, p)| (*r, p.clone())).collect();
+        let messages: Vec<LockMessage> = pending
             .iter()
-            .map(|(r, p)| self.lock_message(*r, p))
+            .map(|(r, p)| self.lock_message(now, *r, p))
             .collect();
         for p in self.pending.values_mut() {
             p.sent = true;
@@ -247,7 +340,20 @@ impl Client {
         out: &mut Outbox,
         notices: &mut VecDeque<LockNotice>,
     ) {
-        for (request, held) in std::mem::take(&mut self.held) {
+        for request in self.held.keys().copied().collect::<Vec<_>>() {
+            self.lose(request, reason, out, notices);
+        }
+    }
+
+    /// Marks one held lock lost, reports it and releases it at the grantor.
+    fn lose(
+        &mut self,
+        request: RequestId,
+        reason: LockLostReason,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        if let Some(held) = self.held.remove(&request) {
             debug!(lock = %held.name, %request, ?reason, "lock lost");
             let release = Release {
                 name: held.name.clone(),
@@ -300,6 +406,7 @@ impl Client {
     /// Handles an answer of a grantor.
     pub(crate) fn handle(
         &mut self,
+        now: Instant,
         from: &MemberId,
         message: LockMessage,
         out: &mut Outbox,
@@ -311,28 +418,46 @@ impl Client {
                 request,
                 name,
                 token,
+                stamp,
             } => {
                 if !from_grantor {
-                    trace!(%from, %request, "grant from a member that is not our grantor; ignored");
+                    // A grant of a member that is not our grantor (any more): give it back,
+                    // or it stays in that member's table for ever. The request, if still
+                    // pending, waits for our grantor.
+                    debug!(%from, %request, "grant from a member that is not our grantor; releasing it there");
+                    out.push_back((from.clone(), self.give_back(request, name, token)));
                     return;
                 }
                 if self.held.contains_key(&request) || self.cancelled.contains_key(&request) {
                     // A resend of a grant we have, or a grant our cancel will release.
                     return;
                 }
-                let Some(pending) = self.pending.remove(&request) else {
+                if !self.pending.contains_key(&request) {
                     // A request we finished long ago, delivered again (a stale copy after a
                     // partition): give the grant back so the grantor's table does not keep it.
                     debug!(%request, lock = %name, "grant of a finished request; releasing it");
-                    out.push_back((
-                        from.clone(),
-                        LockMessage::Unlock {
-                            request,
-                            name,
-                            owner: self.owner(0),
-                            token,
-                        },
-                    ));
+                    out.push_back((from.clone(), self.give_back(request, name, token)));
+                    return;
+                }
+                let leased_from = match self.lease {
+                    None => now,
+                    Some(lease) => match self.stamp_time(stamp) {
+                        Some(sent) if now < sent + lease => sent,
+                        _ => {
+                            // The grant's lease ran out before it arrived (the grantor or
+                            // this member stalled): holding it would be unsafe. Release it
+                            // and ask again; the request stays pending.
+                            debug!(%request, lock = %name, "grant arrived after its lease; asking again");
+                            out.push_back((from.clone(), self.give_back(request, name, token)));
+                            if let Some(pending) = self.pending.get(&request).cloned() {
+                                let message = self.lock_message(now, request, &pending);
+                                out.push_back((from.clone(), message));
+                            }
+                            return;
+                        }
+                    },
+                };
+                let Some(pending) = self.pending.remove(&request) else {
                     return;
                 };
                 self.held.insert(
@@ -344,6 +469,7 @@ impl Client {
                         token,
                         granted_in: self.epoch,
                         granted_by: from.clone(),
+                        leased_from,
                     },
                 );
                 notices.push_back(LockNotice::Granted {
@@ -353,6 +479,18 @@ impl Client {
                     mode: pending.mode,
                     token,
                 });
+            }
+            LockMessage::Renewed { stamp, held } => {
+                // Any grantor's confirmation is evidence: it had the hold in its table and a
+                // valid term when it answered, after the stamp was sent.
+                let Some(sent) = self.stamp_time(stamp) else {
+                    return;
+                };
+                for request in held {
+                    if let Some(h) = self.held.get_mut(&request) {
+                        h.leased_from = h.leased_from.max(sent);
+                    }
+                }
             }
             LockMessage::Denied { request, name } => {
                 if !from_grantor {
@@ -408,7 +546,18 @@ impl Client {
             LockMessage::Lock { .. }
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
+            | LockMessage::Renew { .. }
             | LockMessage::LockInfoResponse { .. } => {}
+        }
+    }
+
+    /// The release of a grant this member does not want.
+    fn give_back(&self, request: RequestId, name: LockName, token: FencingToken) -> LockMessage {
+        LockMessage::Unlock {
+            request,
+            name,
+            owner: self.owner(0),
+            token,
         }
     }
 

@@ -54,16 +54,29 @@ pub struct LockConfig {
     /// How long a new grantor waits for every member's lock report before it rebuilds its
     /// table from the reports it has. Reports arriving later are still merged in. Default 2 s.
     pub reconcile_timeout: Duration,
-    /// `Majority` only: a holder that has not heard from its grantor (or from a majority of
-    /// the cluster) for this long reports its locks lost; a grantor re-grants a departed or
-    /// silent member's locks only after `lease + lease_margin`. Must exceed the membership
-    /// layer's suspect timeout, or every coordinator failover loses all locks. Default 8 s.
+    /// `Majority` only: a hold's lease. It runs from the moment the holder *sent* the newest
+    /// message (lock request or renewal) that a grantor answered while that grantor had the
+    /// hold in its table and a valid term; when it runs out on the holder's clock the hold is
+    /// lost. A grantor re-grants a departed member's locks, and a new grantor grants anything,
+    /// only `lease + lease_margin` after it could last have renewed such a lease. Must exceed
+    /// `support_lease` plus a few round trips, or every grantor failover loses all locks.
+    /// Default 8 s.
     pub lease: Duration,
-    /// `Majority` only: extra wait of a grantor beyond `lease`, covering message delay and
-    /// clock rate differences. Default 1 s.
+    /// `Majority` only: the grantor's extra wait beyond `lease`. It covers clock *rate*
+    /// differences only (never message delay): safety needs every clock's rate within ±ρ of
+    /// real time, where `(1 + ρ) / (1 − ρ) ≤ (lease + lease_margin) / lease`, about
+    /// `ρ ≤ lease_margin / (2 × lease)`: 6% with the defaults. Default 1 s.
     pub lease_margin: Duration,
+    /// `Majority` only: how long a member's support of a grantor binds it. A member that
+    /// echoes a grantor's probe promises not to support another grantor for this long; a
+    /// grantor counts that support for `support_lease × lease / (lease + lease_margin)` from
+    /// the moment it sent the probe. A new grantor can serve only once a majority's promises
+    /// to the old one have run out, so failover takes at least this long (plus `lease +
+    /// lease_margin` before the first new grant). Default 3 s.
+    pub support_lease: Duration,
     /// A holder that has not heard from its grantor for this long shows its locks as
-    /// suspended (ownership unknown) until it hears again. Default 1.5 s.
+    /// suspended (ownership unknown) until it hears again (under `Majority`: whose lease was
+    /// last renewed this long ago). Holders renew every `suspend_after / 2`. Default 1.5 s.
     pub suspend_after: Duration,
 }
 
@@ -74,6 +87,7 @@ impl Default for LockConfig {
             reconcile_timeout: Duration::from_secs(2),
             lease: Duration::from_secs(8),
             lease_margin: Duration::from_secs(1),
+            support_lease: Duration::from_secs(3),
             suspend_after: Duration::from_millis(1500),
         }
     }
@@ -87,6 +101,7 @@ impl LockConfig {
             reconcile_timeout: Duration::from_millis(400),
             lease: Duration::from_millis(1200),
             lease_margin: Duration::from_millis(150),
+            support_lease: Duration::from_millis(400),
             suspend_after: Duration::from_millis(200),
         }
     }
@@ -101,6 +116,9 @@ impl LockConfig {
         }
         if self.lease.is_zero() {
             return Err(LockConfigError::Zero("lease"));
+        }
+        if self.support_lease.is_zero() {
+            return Err(LockConfigError::Zero("support_lease"));
         }
         if self.suspend_after >= self.lease {
             return Err(LockConfigError::SuspendAfterLease);

@@ -24,8 +24,15 @@ const MAX_BACKLOG: usize = 100_000;
 pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
     pub(crate) view: &'a View,
-    /// The partition policy allows this view to grant, and (majority) a quorum was heard.
+    /// The grantor may grant now: the partition policy allows this view to grant and, under
+    /// `Majority`, the term's support is a majority and its grace period is over.
     pub(crate) policy_ok: bool,
+    /// The grantor may vouch for holds now (answer renewals, resend grants): always under
+    /// `Available`; under `Majority` while its term's support is a majority.
+    pub(crate) lease_ok: bool,
+    /// `Majority`: the grantor's term, the high half of its fencing tokens (`Available` uses
+    /// the epoch of the reconciled view).
+    pub(crate) term: Option<u64>,
     /// `Majority`: how long a departed member's locks stay fenced (lease + margin).
     pub(crate) fence: Option<Duration>,
     pub(crate) reconcile_timeout: Duration,
@@ -85,8 +92,13 @@ pub(crate) struct Grantor {
     local: MemberId,
     phase: Phase,
     pub(crate) table: LockTable,
+    /// The high half of this grantor's fencing tokens: its term, or the reconciled epoch.
     epoch: u64,
+    /// The epoch of the view reconciled (reports answer it).
+    view_epoch: u64,
     grace_until: Option<Instant>,
+    /// The newest send stamp received from each member (its grants' leases run from it).
+    stamps: BTreeMap<MemberId, u64>,
     pub(crate) stats: GrantorStats,
     pub(crate) sabotage: GrantorSabotage,
     /// Grants in the order made, for the simulator's token checker.
@@ -101,7 +113,9 @@ impl Grantor {
             phase: Phase::Idle,
             table: LockTable::default(),
             epoch: 0,
+            view_epoch: 0,
             grace_until: None,
+            stamps: BTreeMap::new(),
             stats: GrantorStats::default(),
             sabotage: GrantorSabotage::default(),
             #[cfg(feature = "sim")]
@@ -132,14 +146,16 @@ impl Grantor {
     /// Becomes the grantor (or restarts after a merge): asks every member for its report.
     pub(crate) fn start(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
         let epoch = ctx.view.epoch();
-        info!(grantor = %self.local, epoch, members = ctx.view.len(), "reconciling the lock table");
+        info!(grantor = %self.local, epoch, term = ?ctx.term, members = ctx.view.len(), "reconciling the lock table");
         // Requests held back by a reconciliation that is starting over still wait.
         let backlog = match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Reconciling(r) => r.backlog,
             _ => Vec::new(),
         };
-        self.epoch = epoch;
+        self.epoch = ctx.term.unwrap_or(epoch);
+        self.view_epoch = epoch;
         self.table.clear();
+        self.stamps.retain(|m, _| ctx.view.contains(m));
         self.grace_until = ctx.fence.map(|d| ctx.now + d);
         let awaiting: BTreeSet<MemberId> = ctx.view.members().iter().cloned().collect();
         for member in &awaiting {
@@ -162,6 +178,7 @@ impl Grantor {
         self.phase = Phase::Idle;
         self.table.clear();
         self.grace_until = None;
+        self.stamps.clear();
     }
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
@@ -205,7 +222,22 @@ impl Grantor {
             debug!(%from, "lock message from a non-member; dropped");
             return;
         }
+        if let LockMessage::Lock { stamp, .. } | LockMessage::Renew { stamp, .. } = &message {
+            let newest = self.stamps.entry(from.clone()).or_insert(*stamp);
+            *newest = (*newest).max(*stamp);
+        }
         match message {
+            LockMessage::Renew { stamp, held } => {
+                // Vouch only for holds in the table, and only while the term is supported: the
+                // holder's lease then runs from the renewal's send time, which precedes now.
+                if self.is_serving() && ctx.lease_ok {
+                    let held = held
+                        .into_iter()
+                        .filter(|r| self.table.holds_request(from, *r))
+                        .collect();
+                    out.push_back((from.clone(), LockMessage::Renewed { stamp, held }));
+                }
+            }
             LockMessage::LockInfoResponse {
                 epoch,
                 held,
@@ -224,7 +256,7 @@ impl Grantor {
                         }
                         self.maybe_finish(ctx, out);
                     }
-                    Phase::Serving if epoch == self.epoch => {
+                    Phase::Serving if epoch == self.view_epoch => {
                         debug!(%from, "late lock report merged");
                         self.stats.late_reports += 1;
                         self.merge_report(ctx, from, report, out);
@@ -412,6 +444,7 @@ impl Grantor {
                         owner: p.owner,
                         mode: p.mode,
                         wait: p.wait,
+                        stamp: 0,
                     },
                     out,
                 );
@@ -428,12 +461,17 @@ impl Grantor {
                 owner,
                 mode,
                 wait,
+                ..
             } => {
                 if owner.member != *from {
                     return;
                 }
-                // A resend of a granted request is answered with its grant again.
+                // A resend of a granted request is answered with its grant again (if the
+                // grantor may vouch for it now).
                 let token = if let Some(h) = self.table.holder(&name, from, request) {
+                    if !ctx.lease_ok {
+                        return;
+                    }
                     h.token
                 } else if self.table.is_queued(&name, from, request) {
                     return;
@@ -455,12 +493,14 @@ impl Grantor {
                     self.log_grant(&name, token);
                     token
                 };
+                let stamp = self.stamp_of(from);
                 out.push_back((
                     from.clone(),
                     LockMessage::Granted {
                         request,
                         name,
                         token,
+                        stamp,
                     },
                 ));
             }
@@ -517,15 +557,22 @@ impl Grantor {
         for holder in granted {
             self.stats.contended_grants += 1;
             self.log_grant(name, holder.token);
+            let stamp = self.stamp_of(&holder.owner.member);
             out.push_back((
                 holder.owner.member.clone(),
                 LockMessage::Granted {
                     request: holder.request,
                     name: name.clone(),
                     token: holder.token,
+                    stamp,
                 },
             ));
         }
+    }
+
+    /// The newest send stamp of `member` (0 if none).
+    fn stamp_of(&self, member: &MemberId) -> u64 {
+        self.stamps.get(member).copied().unwrap_or(0)
     }
 
     fn log_grant(&mut self, _name: &LockName, _token: conclave_lock_api::FencingToken) {

@@ -33,22 +33,24 @@
 mod client;
 mod config;
 mod grantor;
+mod lease;
 mod table;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::LockMessage;
+use conclave_lock_api::wire::{LeaseBeat, LockMessage};
 use conclave_lock_api::{
     FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
 };
 use thiserror::Error;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::gms::ViewOrigin;
 use crate::time::Instant;
 use client::Client;
 use grantor::{Ctx, Grantor};
+use lease::{scale, Support, Term};
 
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
@@ -211,13 +213,20 @@ pub struct LockService {
     last_now: Instant,
     /// The highest view epoch this member has heard of (from the membership layer).
     known_epoch: u64,
+    /// `Majority`: what this member promised to which grantor.
+    support: Support,
+    /// `Majority`: this member's term while it is the grantor.
+    term: Option<Term>,
+    /// `Majority`: when holders renew their leases next.
+    next_renew: Option<Instant>,
 }
 
 impl LockService {
     /// A member's locking state; it does nothing until the first view.
     pub fn new(local: MemberId, config: LockConfig) -> Self {
+        let lease = config.policy.is_majority().then_some(config.lease);
         Self {
-            client: Client::new(local.clone()),
+            client: Client::new(local.clone(), lease),
             grantor: Grantor::new(local.clone()),
             local,
             config,
@@ -228,6 +237,9 @@ impl LockService {
             next_check: None,
             last_now: Instant::ZERO,
             known_epoch: 0,
+            support: Support::default(),
+            term: None,
+            next_renew: None,
         }
     }
 
@@ -257,6 +269,7 @@ impl LockService {
             request.timeout,
             &mut self.outbox,
         );
+        self.arm_renewal(now);
         self.pump(now);
         id
     }
@@ -351,6 +364,7 @@ impl LockService {
 
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
+        self.support.touch(now);
         let previous_grantor = self.client.grantor().cloned();
         let could_grant = self
             .view
@@ -365,7 +379,10 @@ impl LockService {
         }
         self.last_heard = heard;
         self.view = Some(view.clone());
-        self.client.on_view(view, &mut self.outbox);
+        self.client.on_view(now, view, &mut self.outbox);
+        if previous_grantor.as_ref() != Some(view.coordinator()) {
+            self.support.forget_echo();
+        }
         if !self.config.policy.allows(view.len()) && self.client.has_held() {
             debug!(member = %self.local, view = %view, "minority view: locks lost");
             self.client.lose_all(
@@ -383,18 +400,102 @@ impl LockService {
         let became = previous_grantor.as_ref() != Some(&self.local)
             || !self.grantor.is_active()
             || gained_majority;
-        let ctx = self.ctx(now, view);
         if coordinator && (became || origin == ViewOrigin::Merged) {
-            self.grantor.start(&ctx, &mut self.outbox);
+            self.begin_term(now, view);
         } else if coordinator {
+            let ctx = self.ctx(now, view);
             self.grantor.view_changed(&ctx, &mut self.outbox);
         } else {
             self.grantor.stop();
+            self.term = None;
         }
         self.pump(now);
     }
 
-    /// Handles a lock message delivered reliably from `from`.
+    /// Becomes the grantor afresh: under `Majority` a new term above every term heard of (its
+    /// tokens exceed every earlier grantor's), then reconciliation.
+    fn begin_term(&mut self, now: Instant, view: &View) {
+        if self.config.policy.is_majority() {
+            let term = self.support.max_term.saturating_add(1);
+            self.support.observe_term(term);
+            self.term = Some(Term::new(term));
+            self.refresh_own_support(now);
+        }
+        let ctx = self.ctx(now, view);
+        self.grantor.start(&ctx, &mut self.outbox);
+    }
+
+    /// `Majority`: the lease fields of a heartbeat to `to`: a probe of our term if we are the
+    /// grantor, the echo of our grantor's newest probe if `to` is our grantor. `None` under
+    /// `Available`. The endpoint calls it for every heartbeat it sends.
+    pub fn lease_beat(&mut self, now: Instant, to: &MemberId) -> Option<LeaseBeat> {
+        if !self.config.policy.is_majority() {
+            return None;
+        }
+        self.support.touch(now);
+        self.refresh_own_support(now);
+        let probe = match self.term.as_mut() {
+            Some(term) if self.grantor.is_active() => Some(term.probe(now)),
+            _ => None,
+        };
+        let to_grantor = self.view.as_ref().is_some_and(|v| v.coordinator() == to);
+        let (mut echo, mut refused) = (None, None);
+        if to_grantor {
+            refused = self
+                .support
+                .owed_term(to)
+                .and_then(|term| self.support.refuses(to, term));
+            let (born_wait, duration) = (self.born_wait(), self.config.support_lease);
+            echo = self.support.echo_for(now, to, born_wait, duration);
+        }
+        Some(LeaseBeat {
+            max_term: self.support.max_term,
+            probe,
+            echo,
+            refused,
+        })
+    }
+
+    /// `Majority`: the lease fields of a heartbeat from `from`.
+    pub fn handle_lease_beat(&mut self, now: Instant, from: &MemberId, beat: LeaseBeat) {
+        if !self.config.policy.is_majority() {
+            return;
+        }
+        self.support.touch(now);
+        self.support.observe_term(beat.max_term);
+        if let Some(probe) = beat.probe {
+            if self.view.as_ref().is_some_and(|v| v.coordinator() == from) {
+                self.support.probed(from, probe);
+            } else {
+                self.support.observe_term(probe.term);
+            }
+        }
+        if let (Some(echo), Some(term)) = (beat.echo, self.term.as_mut()) {
+            term.echoed(from, echo);
+        }
+        if let Some(promised) = beat.refused {
+            // The term is unusable: `from` promised an equal term to another grantor.
+            self.support.observe_term(promised);
+        }
+        let superseded = self.grantor.is_active()
+            && self.term.as_ref().is_some_and(|t| {
+                t.term < self.support.max_term || beat.refused.is_some_and(|p| p >= t.term)
+            });
+        if superseded {
+            // Another grantor began a higher term: members that promised it will not support
+            // ours. Begin a higher one, with a fresh reconciliation (that grantor may have
+            // granted meanwhile).
+            if let Some(view) = self.view.clone() {
+                info!(member = %self.local, "a higher grantor term exists; starting a new term");
+                self.begin_term(now, &view);
+            }
+        }
+        self.note_quorum(now);
+        self.tick_grantor(now);
+        self.pump(now);
+    }
+
+    /// Handles a lock message delivered reliably from `from`.    /// Handles a lock message delivered reliably from `from`.
     pub fn handle_message(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
         self.dispatch(now, from, message);
         self.pump(now);
@@ -402,14 +503,109 @@ impl LockService {
 
     /// Advances timers: request timeouts, leases, reconciliation, fenced locks.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.support.touch(now);
         self.client
             .expire_requests(now, &mut self.outbox, &mut self.notices);
+        self.refresh_own_support(now);
+        self.tick_grantor(now);
+        if self.config.policy.is_majority() && self.next_renew.is_some_and(|t| now >= t) {
+            self.client.renew(now, &mut self.outbox);
+            self.next_renew = None;
+            self.arm_renewal(now);
+        }
+        self.check_leases(now);
+        self.pump(now);
+    }
+
+    fn tick_grantor(&mut self, now: Instant) {
         if let Some(view) = self.view.clone() {
             let ctx = self.ctx(now, &view);
             self.grantor.handle_timeout(&ctx, &mut self.outbox);
         }
-        self.check_leases(now);
-        self.pump(now);
+    }
+
+    /// `Majority`: schedules the next renewal if there is anything to renew.
+    fn arm_renewal(&mut self, now: Instant) {
+        if !self.config.policy.is_majority() || !self.client.wants_renewal() {
+            self.next_renew = None;
+        } else if self.next_renew.is_none() {
+            let interval = (self.config.suspend_after / 2).max(Duration::from_millis(1));
+            self.next_renew = Some(now + interval);
+        }
+    }
+
+    /// `Majority`: a grantor supports its own term while it may (it counts towards the
+    /// majority like any member).
+    fn refresh_own_support(&mut self, now: Instant) {
+        let (born_wait, duration) = (self.born_wait(), self.config.support_lease);
+        let Some(term) = self.term.as_mut() else {
+            return;
+        };
+        if !self.grantor.is_active() {
+            return;
+        }
+        if self
+            .support
+            .promise_self(now, &self.local, term.term, born_wait, duration)
+        {
+            term.supported(&self.local, now);
+        }
+        self.note_quorum(now);
+    }
+
+    /// Records when the term's support first reached a majority: the grace period runs from
+    /// then (every earlier grantor's support had ended by then).
+    fn note_quorum(&mut self, now: Instant) {
+        let (window, size) = (self.support_window(), self.cluster_size());
+        if let (Some(term), Some(size)) = (self.term.as_mut(), size) {
+            if term.quorum_at.is_none() && term.has_quorum(now, window, size) {
+                debug!(member = %self.local, term = term.term, "grantor term supported by a majority");
+                term.quorum_at = Some(now);
+            }
+        }
+    }
+
+    /// How long a grantor counts a member's support from the send time of the probe echoed.
+    fn support_window(&self) -> Duration {
+        scale(
+            self.config.support_lease,
+            self.config.lease,
+            self.config.lease + self.config.lease_margin,
+        )
+    }
+
+    /// How long a new process waits before it supports anyone (it may have promised in a
+    /// past life, on a clock that may run slower than ours).
+    fn born_wait(&self) -> Duration {
+        scale(
+            self.config.support_lease,
+            self.config.lease + self.config.lease_margin,
+            self.config.lease,
+        )
+    }
+
+    fn cluster_size(&self) -> Option<usize> {
+        match self.config.policy {
+            PartitionPolicy::Majority { cluster_size } => Some(cluster_size),
+            PartitionPolicy::Available => None,
+        }
+    }
+
+    /// Whether the grantor may vouch for holds now.
+    fn lease_ok(&self, now: Instant) -> bool {
+        let Some(size) = self.cluster_size() else {
+            return true;
+        };
+        self.term
+            .as_ref()
+            .is_some_and(|t| t.has_quorum(now, self.support_window(), size))
+    }
+
+    /// `Majority`: when the new term's grace period ends (`None` before a majority supported
+    /// it).
+    fn grace_end(&self) -> Option<Instant> {
+        let fence = self.config.lease + self.config.lease_margin;
+        self.term.as_ref()?.quorum_at.map(|q| q + fence)
     }
 
     /// The next message to send (never to this member itself).
@@ -427,10 +623,16 @@ impl LockService {
     /// When [`LockService::handle_timeout`] should next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let majority = self.config.policy.is_majority();
         [
             self.client.next_deadline(),
             self.grantor.poll_timeout(self.last_now),
             self.next_check,
+            self.next_renew,
+            majority
+                .then(|| self.client.next_expiry(self.config.lease))
+                .flatten(),
+            self.grace_end().filter(|t| *t > self.last_now),
         ]
         .into_iter()
         .flatten()
@@ -441,12 +643,11 @@ impl LockService {
     pub fn status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
         self.client
             .held_lock(request)
-            .map(|_| self.hold_status(now))
+            .map(|h| self.hold_status(now, h.leased_from))
     }
 
     /// Every lock held on this member, with its status at `now`.
     pub fn holds(&self, now: Instant) -> Vec<HoldInfo> {
-        let status = self.hold_status(now);
         self.client
             .held()
             .map(|(request, h)| HoldInfo {
@@ -457,7 +658,7 @@ impl LockService {
                 token: h.token,
                 granted_in: h.granted_in,
                 granted_by: h.granted_by.clone(),
-                status,
+                status: self.hold_status(now, h.leased_from),
             })
             .collect()
     }
@@ -500,7 +701,11 @@ impl LockService {
     /// member knew of at each (simulator token checker).
     #[cfg(feature = "sim")]
     pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken, u64)> {
-        let known = self.known_epoch;
+        let known = if self.config.policy.is_majority() {
+            self.support.max_term
+        } else {
+            self.known_epoch
+        };
         std::mem::take(&mut self.grantor.grant_log)
             .into_iter()
             .map(|(name, token)| (name, token, known))
@@ -511,7 +716,13 @@ impl LockService {
         Ctx {
             now,
             view,
-            policy_ok: self.config.policy.allows(view.len()) && self.quorum_heard(now),
+            policy_ok: self.config.policy.allows(view.len())
+                && self.lease_ok(now)
+                && (!self.config.policy.is_majority()
+                    || self.grantor.sabotage.grant_while_reconciling
+                    || self.grace_end().is_some_and(|t| now >= t)),
+            lease_ok: self.lease_ok(now),
+            term: self.term.as_ref().map(|t| t.term),
             quorum: match self.config.policy {
                 PartitionPolicy::Majority { cluster_size } => Some(cluster_size),
                 PartitionPolicy::Available => None,
@@ -525,22 +736,6 @@ impl LockService {
         }
     }
 
-    /// `Majority`: whether a strict majority of the cluster (this member included) was heard
-    /// from within the lease. Always true under `Available`.
-    fn quorum_heard(&self, now: Instant) -> bool {
-        let PartitionPolicy::Majority { cluster_size } = self.config.policy else {
-            return true;
-        };
-        let heard = self
-            .last_heard
-            .iter()
-            .filter(|(m, t)| {
-                **m == self.local || now.saturating_duration_since(**t) <= self.config.lease
-            })
-            .count();
-        heard * 2 > cluster_size
-    }
-
     fn grantor_silence(&self, now: Instant) -> Option<Duration> {
         let grantor = self.client.grantor()?;
         if *grantor == self.local {
@@ -551,48 +746,45 @@ impl LockService {
             .map(|t| now.saturating_duration_since(*t))
     }
 
-    fn hold_status(&self, now: Instant) -> HoldStatus {
-        let Some(silence) = self.grantor_silence(now) else {
-            return HoldStatus::Suspended;
-        };
+    /// What the owner of a hold leased from `leased_from` should believe at `now`.
+    ///
+    /// `Majority`: held while the lease was renewed within `suspend_after`, suspended until the
+    /// lease runs out, then lost; lost at once in a minority view. `Available`: held while the
+    /// grantor was heard within `suspend_after`, suspended after.
+    fn hold_status(&self, now: Instant, leased_from: Instant) -> HoldStatus {
         if self.config.policy.is_majority() {
             let majority_view = self
                 .view
                 .as_ref()
                 .is_some_and(|v| self.config.policy.allows(v.len()));
-            if !majority_view || !self.quorum_heard(now) || silence > self.config.lease {
-                return HoldStatus::Lost;
-            }
+            let age = now.saturating_duration_since(leased_from);
+            return if !majority_view || now >= leased_from + self.config.lease {
+                HoldStatus::Lost
+            } else if age > self.config.suspend_after {
+                HoldStatus::Suspended
+            } else {
+                HoldStatus::Held
+            };
         }
-        if silence > self.config.suspend_after {
-            HoldStatus::Suspended
-        } else {
-            HoldStatus::Held
+        match self.grantor_silence(now) {
+            Some(silence) if silence <= self.config.suspend_after => HoldStatus::Held,
+            _ => HoldStatus::Suspended,
         }
     }
 
-    /// `Majority`: reports held locks lost once their lease ran out or the quorum is gone, and
-    /// keeps a periodic check armed while locks are held.
+    /// `Majority`: reports held locks lost once their lease ran out, and keeps a periodic
+    /// check armed while locks are held or this member is the grantor.
     fn check_leases(&mut self, now: Instant) {
         if !self.config.policy.is_majority() {
             self.next_check = None;
             return;
         }
-        if self.client.has_held() && self.hold_status(now) == HoldStatus::Lost {
-            let reason = if self
-                .grantor_silence(now)
-                .is_some_and(|s| s > self.config.lease)
-            {
-                LockLostReason::LeaseExpired
-            } else {
-                LockLostReason::Minority
-            };
-            self.client
-                .lose_all(reason, &mut self.outbox, &mut self.notices);
-        }
-        let grantor_waits = self.grantor.is_serving();
-        self.next_check = (self.client.has_held() || grantor_waits)
-            .then(|| now + self.config.lease_margin.max(Duration::from_millis(1)) / 2);
+        self.client
+            .expire_leases(now, self.config.lease, &mut self.outbox, &mut self.notices);
+        self.arm_renewal(now);
+        let active = self.client.has_held() || self.grantor.is_active();
+        self.next_check =
+            active.then(|| now + self.config.lease_margin.max(Duration::from_millis(1)) / 2);
     }
 
     fn dispatch(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
@@ -600,6 +792,7 @@ impl LockService {
             LockMessage::Lock { .. }
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
+            | LockMessage::Renew { .. }
             | LockMessage::LockInfoResponse { .. } => {
                 if let Some(view) = self.view.clone() {
                     let ctx = self.ctx(now, &view);
@@ -609,10 +802,11 @@ impl LockService {
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }
             | LockMessage::UnlockAck { .. }
+            | LockMessage::Renewed { .. }
             | LockMessage::DuplicateLock { .. }
             | LockMessage::LockInfoRequest { .. } => {
                 self.client
-                    .handle(from, message, &mut self.outbox, &mut self.notices);
+                    .handle(now, from, message, &mut self.outbox, &mut self.notices);
             }
         }
     }

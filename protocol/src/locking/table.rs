@@ -101,6 +101,15 @@ impl LockTable {
             .find(|h| same(&h.owner, h.request, member, request))
     }
 
+    /// Whether `member`'s `request` holds some lock.
+    pub(crate) fn holds_request(&self, member: &MemberId, request: RequestId) -> bool {
+        self.locks.values().any(|e| {
+            e.holders
+                .iter()
+                .any(|h| same(&h.owner, h.request, member, request))
+        })
+    }
+
     pub(crate) fn is_queued(&self, name: &LockName, member: &MemberId, request: RequestId) -> bool {
         self.locks.get(name).is_some_and(|e| {
             e.queue

@@ -293,3 +293,49 @@ fn non_coordinator_refuses_joins() {
         })
     );
 }
+
+/// Finding 4 of the safety review: a member whose coordinator has moved on to another
+/// coordinator's view, but keeps heartbeating it (it is in that other view too), is not kept
+/// in the abandoned view for ever: the coordinator's heartbeats show another lineage, so it is
+/// suspected and the member takes over (the views merge later). While the coordinator
+/// follows its own view, the same heartbeats keep it alive.
+#[test]
+fn a_member_whose_coordinator_follows_another_lineage_takes_over() {
+    let (x, y, c) = (member(1), member(2), member(3));
+    let config = GmsConfig::local();
+    let mut now = Instant::ZERO;
+    let mut g = Gms::new(y.clone(), config.clone());
+    g.join(now);
+    let abandoned = View::new(5, vec![x.clone(), y.clone()]).unwrap();
+    g.handle_message(
+        now,
+        &x,
+        GmsMessage::InstallView {
+            view: abandoned.clone(),
+        },
+    );
+    assert_eq!(g.view(), Some(&abandoned));
+    // X still coordinates our view: its heartbeats keep it alive.
+    for _ in 0..20 {
+        now += config.heartbeat_interval;
+        g.handle_heartbeat(now, &x, 5, 5, x.incarnation());
+        g.handle_timeout(now);
+        while g.poll_output().is_some() {}
+    }
+    assert_eq!(g.view(), Some(&abandoned), "a live coordinator is followed");
+    // X has installed C's view (epoch 7) and keeps heartbeating us, as C's view holds us too.
+    let deadline = now + config.suspect_timeout * 3;
+    while now < deadline && g.view().is_some_and(|v| v.coordinator() == &x) {
+        now += config.heartbeat_interval;
+        g.handle_heartbeat(now, &x, 7, 7, c.incarnation());
+        g.handle_timeout(now);
+        while g.poll_output().is_some() {}
+    }
+    let view = g.view().unwrap();
+    assert_eq!(
+        view.coordinator(),
+        &y,
+        "the orphaned member took over: {view}"
+    );
+    assert!(view.epoch() > 7, "above every epoch heard of: {view}");
+}

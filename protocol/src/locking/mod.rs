@@ -477,10 +477,14 @@ impl LockService {
             // The term is unusable: `from` promised an equal term to another grantor.
             self.support.observe_term(promised);
         }
+        // Only a refusal makes our term unusable; merely hearing of a higher term does not
+        // (two coordinators that cannot hear each other would otherwise outbid each other
+        // through the members for ever).
         let superseded = self.grantor.is_active()
-            && self.term.as_ref().is_some_and(|t| {
-                t.term < self.support.max_term || beat.refused.is_some_and(|p| p >= t.term)
-            });
+            && self
+                .term
+                .as_ref()
+                .is_some_and(|t| beat.refused.is_some_and(|p| p >= t.term));
         if superseded {
             // Another grantor began a higher term: members that promised it will not support
             // ours. Begin a higher one, with a fresh reconciliation (that grantor may have

@@ -17,6 +17,17 @@ struct Cluster {
     now: Instant,
     /// Directed links that drop everything (heartbeats and messages).
     cut: std::collections::BTreeSet<(MemberId, MemberId)>,
+    /// Directed links whose messages (not heartbeats) are held back until released.
+    slow: std::collections::BTreeSet<(MemberId, MemberId)>,
+    held_back: Vec<(MemberId, MemberId, LockMessage)>,
+    /// Stalled members: they run nothing; what reaches them waits in their buffer.
+    stalled: BTreeMap<MemberId, Vec<(MemberId, Input)>>,
+}
+
+/// What a stalled member finds in its buffer when it wakes.
+enum Input {
+    Beat(LeaseBeat),
+    Message(LockMessage),
 }
 
 impl Cluster {
@@ -30,6 +41,9 @@ impl Cluster {
             notices: BTreeMap::new(),
             now: Instant::ZERO,
             cut: std::collections::BTreeSet::new(),
+            slow: std::collections::BTreeSet::new(),
+            held_back: Vec::new(),
+            stalled: BTreeMap::new(),
         }
     }
 
@@ -59,9 +73,21 @@ impl Cluster {
             let mut moved = false;
             let ids: Vec<MemberId> = self.nodes.keys().cloned().collect();
             for from in &ids {
+                if self.stalled.contains_key(from) {
+                    continue;
+                }
                 while let Some((to, message)) = self.nodes.get_mut(from).unwrap().poll_transmit() {
                     moved = true;
-                    if self.cut.contains(&(from.clone(), to.clone())) {
+                    let link = (from.clone(), to.clone());
+                    if self.cut.contains(&link) {
+                        continue;
+                    }
+                    if self.slow.contains(&link) {
+                        self.held_back.push((from.clone(), to, message));
+                        continue;
+                    }
+                    if let Some(buffer) = self.stalled.get_mut(&to) {
+                        buffer.push((from.clone(), Input::Message(message)));
                         continue;
                     }
                     if let Some(node) = self.nodes.get_mut(&to) {
@@ -91,8 +117,10 @@ impl Cluster {
             self.now += step;
             self.heartbeats();
             let now = self.now;
-            for node in self.nodes.values_mut() {
-                node.handle_timeout(now);
+            for (id, node) in &mut self.nodes {
+                if !self.stalled.contains_key(id) {
+                    node.handle_timeout(now);
+                }
             }
             self.deliver();
         }
@@ -104,10 +132,17 @@ impl Cluster {
         let live: Vec<MemberId> = self.nodes.keys().cloned().collect();
         for from in &live {
             for to in &live {
-                if from == to || self.cut.contains(&(from.clone(), to.clone())) {
+                if from == to
+                    || self.cut.contains(&(from.clone(), to.clone()))
+                    || self.stalled.contains_key(from)
+                {
                     continue;
                 }
                 let beat = self.nodes.get_mut(from).unwrap().lease_beat(now, to);
+                if let (Some(buffer), Some(beat)) = (self.stalled.get_mut(to), beat) {
+                    buffer.push((from.clone(), Input::Beat(beat)));
+                    continue;
+                }
                 let node = self.nodes.get_mut(to).unwrap();
                 node.note_alive(now, from);
                 if let Some(beat) = beat {
@@ -123,6 +158,72 @@ impl Cluster {
         let c = self.nodes.values().next().unwrap().config().clone();
         let wait = c.support_lease * 2 + c.lease + c.lease_margin + Duration::from_millis(300);
         self.advance(wait);
+    }
+
+    /// Cuts the link between `a` and `b` both ways.
+    fn cut_both(&mut self, a: u8, b: u8) {
+        self.cut.insert((member(a), member(b)));
+        self.cut.insert((member(b), member(a)));
+    }
+
+    /// Holds back messages from `a` to `b` (heartbeats still pass) until `release_slow`.
+    fn slow_link(&mut self, a: u8, b: u8) {
+        self.slow.insert((member(a), member(b)));
+    }
+
+    /// Delivers every message held back, late.
+    fn release_slow(&mut self) {
+        self.slow.clear();
+        let now = self.now;
+        for (from, to, message) in std::mem::take(&mut self.held_back) {
+            if let Some(node) = self.nodes.get_mut(&to) {
+                node.handle_message(now, &from, message);
+            }
+        }
+        self.deliver();
+    }
+
+    /// `n` stops running: a pause of the process (its clock goes on).
+    fn stall(&mut self, n: u8) {
+        self.stalled.insert(member(n), Vec::new());
+    }
+
+    /// `n` runs again and finds everything that arrived meanwhile, stamped with now.
+    fn wake(&mut self, n: u8) {
+        let now = self.now;
+        let buffer = self.stalled.remove(&member(n)).unwrap_or_default();
+        let node = self.nodes.get_mut(&member(n)).unwrap();
+        for (from, input) in buffer {
+            match input {
+                Input::Beat(beat) => node.handle_lease_beat(now, &from, beat),
+                Input::Message(message) => node.handle_message(now, &from, message),
+            }
+        }
+        node.handle_timeout(now);
+        self.deliver();
+    }
+
+    /// Mutual exclusion as the simulator checks it: no two owners believe (held or suspended)
+    /// they hold one lock exclusively at once.
+    fn assert_exclusive(&self, context: &str) {
+        let mut believed: BTreeMap<LockName, Vec<(MemberId, HoldInfo)>> = BTreeMap::new();
+        for (id, node) in &self.nodes {
+            for hold in node.holds(self.now) {
+                if hold.status != HoldStatus::Lost {
+                    believed
+                        .entry(hold.name.clone())
+                        .or_default()
+                        .push((id.clone(), hold));
+                }
+            }
+        }
+        for (name, holders) in believed {
+            assert!(
+                holders.len() <= 1 || holders.iter().all(|(_, h)| h.mode == LockMode::Shared),
+                "{context}: {name} held by {holders:?} at {:?}",
+                self.now
+            );
+        }
     }
 
     fn kill(&mut self, n: u8) {
@@ -484,5 +585,192 @@ fn cancelling_a_request_whose_grant_already_arrived_releases_it() {
     assert!(
         c.node(1).grantor_holds().is_empty(),
         "the grantor released it"
+    );
+}
+
+/// Finding 1 of the safety review: a holder whose report reaches a new grantor late (its
+/// messages are lost for a while, heartbeats pass) must have lost its lease before the new
+/// grantor grants the lock to someone else; the late report then finds a newer holder and is
+/// told it lost.
+#[test]
+fn majority_a_late_report_never_makes_two_holders() {
+    let mut c = Cluster::new(&[1, 2, 3, 4, 5], majority(5));
+    c.install(1, &[1, 2, 3, 4, 5], ViewOrigin::Founded);
+    c.settle();
+    let old = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    let old_token = c.granted(3, old).expect("granted");
+    c.kill(1);
+    // Everything member 3 sends to the new grantor (its report, renewals, releases) is late.
+    c.slow_link(3, 2);
+    c.install(2, &[2, 3, 4, 5], ViewOrigin::TookOver);
+    let new = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    for _ in 0..100 {
+        c.advance(Duration::from_millis(50));
+        c.assert_exclusive("while the report is late");
+    }
+    let new_token = c
+        .granted(2, new)
+        .expect("the new grantor grants once the old lease is over");
+    assert!(new_token > old_token, "{new_token} after {old_token}");
+    assert!(c.take_notices(3).iter().any(|n| matches!(
+        n,
+        LockNotice::Lost { reason: LockLostReason::LeaseExpired, request, .. } if *request == old
+    )));
+    c.release_slow();
+    c.advance(Duration::from_millis(200));
+    c.assert_exclusive("after the late report");
+    let table = c.node(2).grantor_holds();
+    assert_eq!(
+        table.len(),
+        1,
+        "only the new holder is in the table: {table:?}"
+    );
+    assert_eq!(table[0].1.member, member(2));
+}
+
+/// Findings 2 and 3: two members that cannot hear each other both coordinate, and the others
+/// bounce between their views. At most one of them may grant at any time, tokens never go
+/// back, and no grant stays in a table its owner does not believe in.
+#[test]
+fn majority_two_coordinators_with_members_bouncing_never_both_grant() {
+    let mut c = Cluster::new(&[1, 2, 3, 4, 5], majority(5));
+    c.install(1, &[1, 2, 3, 4, 5], ViewOrigin::Founded);
+    c.settle();
+    c.cut_both(1, 2);
+    let mut epoch = 2;
+    let mut tokens: Vec<FencingToken> = Vec::new();
+    let mut requests = Vec::new();
+    let mut owner = 10;
+    for round in 0..12 {
+        // The others follow 2, then 1, then 2 again...
+        let coordinator = if round % 2 == 0 { 2 } else { 1 };
+        let origin = if round < 2 {
+            ViewOrigin::TookOver
+        } else {
+            ViewOrigin::Changed
+        };
+        c.install(epoch, &[coordinator, 3, 4, 5], origin);
+        epoch += 1;
+        for n in [3, 4, 5] {
+            owner += 1;
+            requests.push((n, c.lock(n, owner, "x", LockMode::Exclusive, true)));
+        }
+        // Short stays (the views change faster than a new term can serve) and long ones.
+        let steps = if round % 3 == 2 { 50 } else { 14 };
+        for _ in 0..steps {
+            c.advance(Duration::from_millis(50));
+            c.assert_exclusive("two coordinators");
+            for (n, r) in &requests {
+                let now = c.now;
+                if c.node(*n).status(now, *r).is_some() {
+                    let token = c.granted(*n, *r).unwrap();
+                    if !tokens.contains(&token) {
+                        tokens.push(token);
+                    }
+                    c.unlock(*n, *r);
+                }
+            }
+        }
+    }
+    assert!(tokens.len() >= 2, "grants happened: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens increase in grant order: {tokens:?}"
+    );
+    // Heal: one view again; every table entry is believed by its owner.
+    c.cut.clear();
+    c.install(epoch, &[1, 2, 3, 4, 5], ViewOrigin::Merged);
+    c.settle();
+    let now = c.now;
+    for n in [3, 4, 5] {
+        for r in c.node(n).pending_requests() {
+            c.node(n).cancel(now, r);
+        }
+        for h in c.node(n).holds(now) {
+            c.node(n).unlock(now, h.request).unwrap();
+        }
+    }
+    c.deliver();
+    c.advance(Duration::from_millis(500));
+    assert!(
+        c.node(1).grantor_holds().is_empty(),
+        "no ghost hold: {:?}",
+        c.node(1).grantor_holds()
+    );
+}
+
+/// Finding 3: a grant from a member that is not (any more) this member's grantor is given
+/// back to its sender at once, so it does not stay in that table for ever.
+#[test]
+fn a_grant_from_a_former_grantor_is_given_back() {
+    let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    let blocker = c.lock(1, 1, "x", LockMode::Exclusive, true);
+    let waiting = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    assert!(c.granted(3, waiting).is_none());
+    // Member 3 moves to member 2's view; member 1 has not heard and still grants to it.
+    let view = View::new(2, vec![member(2), member(3)]).unwrap();
+    let now = c.now;
+    c.node(3).handle_view(now, &view, ViewOrigin::Received);
+    while c.node(3).poll_transmit().is_some() {}
+    c.unlock(1, blocker);
+    assert!(
+        c.granted(3, waiting).is_none(),
+        "not accepted from a former grantor"
+    );
+    assert!(
+        c.node(1).grantor_holds().is_empty(),
+        "the former grantor's table does not keep the grant: {:?}",
+        c.node(1).grantor_holds()
+    );
+}
+
+/// Finding 5: a grantor that stalls (a pause of the process) for longer than the leases and
+/// wakes up to buffered heartbeats must not count them as fresh support: members have moved
+/// on to a new grantor, and the old one grants nothing.
+#[test]
+fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
+    let mut c = Cluster::new(&[1, 2, 3], majority(3));
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    c.settle();
+    let held = c.lock(2, 1, "y", LockMode::Exclusive, true);
+    assert!(c.granted(2, held).is_some());
+    let grants_before = c.node(1).grantor_stats().grants;
+    // A process pause, and (as its own view still holds everyone) a stale request in its
+    // buffer when it wakes up.
+    c.stall(1);
+    // The others suspect it and carry on without it; member 3 asks for the lock there.
+    c.install(2, &[2, 3], ViewOrigin::TookOver);
+    let r = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    for _ in 0..80 {
+        c.advance(Duration::from_millis(50));
+        c.assert_exclusive("during the stall");
+    }
+    assert!(c.granted(3, r).is_some(), "the new grantor serves");
+    // Member 3 also asked the stalled grantor, whose view it left long ago.
+    let stale = LockMessage::Lock {
+        request: RequestId(999),
+        name: lock_name("z"),
+        owner: OwnerId {
+            member: member(3),
+            local: 9,
+        },
+        mode: LockMode::Exclusive,
+        wait: true,
+        stamp: 0,
+    };
+    c.stalled
+        .get_mut(&member(1))
+        .unwrap()
+        .push((member(3), Input::Message(stale)));
+    c.wake(1);
+    for _ in 0..20 {
+        c.advance(Duration::from_millis(50));
+        c.assert_exclusive("after the stall");
+    }
+    assert_eq!(
+        c.node(1).grantor_stats().grants,
+        grants_before,
+        "a grantor whose support ran out during a stall grants nothing"
     );
 }

@@ -55,6 +55,9 @@ use lease::{scale, Support, Term};
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
 
+/// The highest grantor term: terms are the high 32 bits of fencing tokens.
+const MAX_TERM: u64 = u32::MAX as u64;
+
 /// Messages to send, with their receiver (possibly this member itself).
 pub(crate) type Outbox = VecDeque<(MemberId, LockMessage)>;
 
@@ -459,6 +462,18 @@ impl LockService {
     /// `Majority`: the lease fields of a heartbeat from `from`.
     pub fn handle_lease_beat(&mut self, now: Instant, from: &MemberId, beat: LeaseBeat) {
         if !self.config.policy.is_majority() {
+            return;
+        }
+        let terms = [
+            Some(beat.max_term),
+            beat.probe.map(|p| p.term),
+            beat.echo.map(|p| p.term),
+            beat.refused,
+        ];
+        if terms.into_iter().flatten().any(|t| t > MAX_TERM) {
+            // Terms are the high half of fencing tokens; a member only ever adds one at a
+            // time. Such a value is forged or corrupt.
+            debug!(%from, "lease beat with an impossible term; dropped");
             return;
         }
         self.support.touch(now);

@@ -174,9 +174,29 @@ impl Cluster {
     /// Delivers every message held back, late.
     fn release_slow(&mut self) {
         self.slow.clear();
+        for link in self
+            .held_back
+            .iter()
+            .map(|(f, t, _)| (f.clone(), t.clone()))
+            .collect::<Vec<_>>()
+        {
+            self.release_held_back(&link);
+        }
+        self.deliver();
+    }
+
+    /// Delivers the messages held back on one link, late and in order (to a stalled member's
+    /// buffer if it is paused).
+    fn release_held_back(&mut self, link: &(MemberId, MemberId)) {
         let now = self.now;
-        for (from, to, message) in std::mem::take(&mut self.held_back) {
-            if let Some(node) = self.nodes.get_mut(&to) {
+        let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_back)
+            .into_iter()
+            .partition(|(f, t, _)| (f, t) == (&link.0, &link.1));
+        self.held_back = kept;
+        for (from, to, message) in due {
+            if let Some(buffer) = self.stalled.get_mut(&to) {
+                buffer.push((from, Input::Message(message)));
+            } else if let Some(node) = self.nodes.get_mut(&to) {
                 node.handle_message(now, &from, message);
             }
         }
@@ -774,3 +794,6 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
         "a grantor whose support ran out during a stall grants nothing"
     );
 }
+
+/// Bounded exhaustive exploration of fault schedules (a child module: it uses the harness).
+mod explore;

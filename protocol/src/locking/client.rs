@@ -25,6 +25,10 @@ struct Pending {
     wait: bool,
     deadline: Option<Instant>,
     sent: bool,
+    /// Per grantor, the highest token of a grant of this request that was given back to it
+    /// (it came from a former grantor, or after its lease). Copies of it, or of older grants
+    /// of that grantor, are ignored: the grantor frees it when the give-back arrives.
+    given_back: BTreeMap<MemberId, FencingToken>,
 }
 
 /// A lock this member holds.
@@ -179,6 +183,7 @@ impl Client {
             wait,
             deadline: timeout.map(|t| now + t),
             sent: false,
+            given_back: BTreeMap::new(),
         };
         if let Some(grantor) = self.grantor.clone() {
             let message = self.lock_message(now, request, &pending);
@@ -420,11 +425,19 @@ impl Client {
                 token,
                 stamp,
             } => {
+                if let Some(pending) = self.pending.get_mut(&request) {
+                    if pending.given_back.get(from).is_some_and(|t| token <= *t) {
+                        // A copy of a grant already given back (the grantor answered a resend
+                        // of the request before the give-back reached it).
+                        return;
+                    }
+                }
                 if !from_grantor {
                     // A grant of a member that is not our grantor (any more): give it back,
                     // or it stays in that member's table for ever. The request, if still
                     // pending, waits for our grantor.
                     debug!(%from, %request, "grant from a member that is not our grantor; releasing it there");
+                    self.note_given_back(from, request, token);
                     out.push_back((from.clone(), self.give_back(request, name, token)));
                     return;
                 }
@@ -448,6 +461,7 @@ impl Client {
                             // this member stalled): holding it would be unsafe. Release it
                             // and ask again; the request stays pending.
                             debug!(%request, lock = %name, "grant arrived after its lease; asking again");
+                            self.note_given_back(from, request, token);
                             out.push_back((from.clone(), self.give_back(request, name, token)));
                             if let Some(pending) = self.pending.get(&request).cloned() {
                                 let message = self.lock_message(now, request, &pending);
@@ -548,6 +562,13 @@ impl Client {
             | LockMessage::Unlock { .. }
             | LockMessage::Renew { .. }
             | LockMessage::LockInfoResponse { .. } => {}
+        }
+    }
+
+    fn note_given_back(&mut self, grantor: &MemberId, request: RequestId, token: FencingToken) {
+        if let Some(pending) = self.pending.get_mut(&request) {
+            let highest = pending.given_back.entry(grantor.clone()).or_insert(token);
+            *highest = (*highest).max(token);
         }
     }
 

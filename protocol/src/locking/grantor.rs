@@ -519,9 +519,19 @@ impl Grantor {
                 }
                 self.table.forget_if_unused(&name, ctx.now);
             }
-            LockMessage::Unlock { request, name, .. } => {
-                let freed = self.table.release(&name, from, request).is_some()
-                    || self.table.withdraw(&name, from, request).is_some();
+            LockMessage::Unlock {
+                request,
+                name,
+                token,
+                ..
+            } => {
+                // Only the grant named by its token: a request given back (its grant arrived
+                // after its lease) asks again under the same id, and a late copy of the old
+                // release must not free the new grant or withdraw the new wait.
+                let freed = self
+                    .table
+                    .release_grant(&name, from, request, token)
+                    .is_some();
                 out.push_back((from.clone(), LockMessage::UnlockAck { request }));
                 if freed {
                     self.promote(ctx, &name, out);

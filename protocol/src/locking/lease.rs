@@ -165,6 +165,8 @@ pub(crate) struct Term {
     support: BTreeMap<MemberId, Instant>,
     /// When the support first reached a majority in this term.
     pub(crate) quorum_at: Option<Instant>,
+    /// Once it has: when the majority's support runs out, unless renewed before.
+    supported_until: Option<Instant>,
 }
 
 impl Term {
@@ -175,6 +177,7 @@ impl Term {
             rounds: VecDeque::new(),
             support: BTreeMap::new(),
             quorum_at: None,
+            supported_until: None,
         }
     }
 
@@ -215,6 +218,27 @@ impl Term {
             let sent = *sent;
             self.supported(member, sent);
         }
+    }
+
+    /// Records the support as of `now` (after new echoes): when a majority first supports the
+    /// term, and until when the current majority lasts. Returns whether the term is supported
+    /// now.
+    pub(crate) fn update(&mut self, now: Instant, window: Duration, cluster_size: usize) -> bool {
+        if !self.has_quorum(now, window, cluster_size) {
+            return false;
+        }
+        let mut ends: Vec<Instant> = self.support.values().map(|s| *s + window).collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        // The majority-th latest end: after it, fewer than a majority remain.
+        self.supported_until = ends.get(cluster_size / 2).copied();
+        self.quorum_at.get_or_insert(now);
+        true
+    }
+
+    /// Whether a majority supported this term once and that support has run out since (even
+    /// if echoes that arrive now would restore it: meanwhile another term may have served).
+    pub(crate) fn lapsed(&self, now: Instant) -> bool {
+        self.quorum_at.is_some() && self.supported_until.is_none_or(|until| now >= until)
     }
 
     /// Whether a strict majority of `cluster_size` supports us at `now`.

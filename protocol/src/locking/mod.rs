@@ -263,6 +263,7 @@ impl LockService {
     /// Asks for a lock. The request is registered before anything is sent, so it can be
     /// cancelled at once; the answer comes as a [`LockNotice`].
     pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
+        self.enter(now);
         let id = self.client.lock(
             now,
             request.owner,
@@ -281,6 +282,7 @@ impl LockService {
     /// cancellation (in flight, or already arrived but not yet seen by the caller), the lock is
     /// released: nothing stays held or queued.
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
+        self.enter(now);
         if !self.client.cancel(request, &mut self.outbox) {
             self.client.unlock(request, &mut self.outbox);
         }
@@ -293,6 +295,7 @@ impl LockService {
     /// # Errors
     /// [`NotHeld`] if `request` holds nothing here (never granted, already released or lost).
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.enter(now);
         if !self.client.unlock(request, &mut self.outbox) {
             return Err(NotHeld(request));
         }
@@ -304,6 +307,7 @@ impl LockService {
     /// request it has pending. Each release is acknowledged and retried like an `unlock`.
     /// Returns how many locks were released.
     pub fn unlock_all(&mut self, now: Instant, owner: u64) -> usize {
+        self.enter(now);
         let held: Vec<RequestId> = self
             .client
             .held()
@@ -331,6 +335,7 @@ impl LockService {
     /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held
     /// by a member the grantor no longer counts.
     pub fn shutdown(&mut self, now: Instant) {
+        self.enter(now);
         self.client.lose_all(
             LockLostReason::Shutdown,
             &mut self.outbox,
@@ -367,7 +372,7 @@ impl LockService {
 
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
-        self.support.touch(now);
+        self.enter(now);
         let previous_grantor = self.client.grantor().cloned();
         let could_grant = self
             .view
@@ -435,7 +440,7 @@ impl LockService {
         if !self.config.policy.is_majority() {
             return None;
         }
-        self.support.touch(now);
+        self.enter(now);
         self.refresh_own_support(now);
         let probe = match self.term.as_mut() {
             Some(term) if self.grantor.is_active() => Some(term.probe(now)),
@@ -476,7 +481,7 @@ impl LockService {
             debug!(%from, "lease beat with an impossible term; dropped");
             return;
         }
-        self.support.touch(now);
+        self.enter(now);
         self.support.observe_term(beat.max_term);
         if let Some(probe) = beat.probe {
             if self.view.as_ref().is_some_and(|v| v.coordinator() == from) {
@@ -516,13 +521,14 @@ impl LockService {
 
     /// Handles a lock message delivered reliably from `from`.    /// Handles a lock message delivered reliably from `from`.
     pub fn handle_message(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
+        self.enter(now);
         self.dispatch(now, from, message);
         self.pump(now);
     }
 
     /// Advances timers: request timeouts, leases, reconciliation, fenced locks.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.support.touch(now);
+        self.enter(now);
         self.client
             .expire_requests(now, &mut self.outbox, &mut self.notices);
         self.refresh_own_support(now);
@@ -572,14 +578,30 @@ impl LockService {
         self.note_quorum(now);
     }
 
-    /// Records when the term's support first reached a majority: the grace period runs from
-    /// then (every earlier grantor's support had ended by then).
+    /// Records when the term's support first reached a majority (the grace period runs from
+    /// then: every earlier grantor's support had ended by then) and until when it lasts.
     fn note_quorum(&mut self, now: Instant) {
         let (window, size) = (self.support_window(), self.cluster_size());
         if let (Some(term), Some(size)) = (self.term.as_mut(), size) {
-            if term.quorum_at.is_none() && term.has_quorum(now, window, size) {
+            let first = term.quorum_at.is_none();
+            if term.update(now, window, size) && first {
                 debug!(member = %self.local, term = term.term, "grantor term supported by a majority");
-                term.quorum_at = Some(now);
+            }
+        }
+    }
+
+    /// Every input starts here: the process's birth, and whether this grantor's term lost its
+    /// majority since the last input. A term that lapsed never serves again: while it lacked
+    /// support, a later term may have served (a member in both majorities can restart and
+    /// forget its promise), so the grantor begins a new term, with a new reconciliation and
+    /// a new grace period.
+    fn enter(&mut self, now: Instant) {
+        self.support.touch(now);
+        let lapsed = self.grantor.is_active() && self.term.as_ref().is_some_and(|t| t.lapsed(now));
+        if lapsed {
+            if let Some(view) = self.view.clone() {
+                info!(member = %self.local, "grantor term lost its majority; starting a new term");
+                self.begin_term(now, &view);
             }
         }
     }

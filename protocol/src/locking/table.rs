@@ -175,6 +175,22 @@ impl LockTable {
         Some(entry.holders.remove(index))
     }
 
+    /// Removes the hold granted to `request` of `member` with `token`.
+    pub(crate) fn release_grant(
+        &mut self,
+        name: &LockName,
+        member: &MemberId,
+        request: RequestId,
+        token: FencingToken,
+    ) -> Option<Holder> {
+        let entry = self.locks.get_mut(name)?;
+        let index = entry
+            .holders
+            .iter()
+            .position(|h| same(&h.owner, h.request, member, request) && h.token == token)?;
+        Some(entry.holders.remove(index))
+    }
+
     /// Removes and returns every holder of `name`.
     pub(crate) fn take_holders(&mut self, name: &LockName) -> Vec<Holder> {
         self.locks

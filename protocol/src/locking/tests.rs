@@ -797,3 +797,79 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
 
 /// Bounded exhaustive exploration of fault schedules (a child module: it uses the harness).
 mod explore;
+
+// ---- adversarial review ----
+
+impl Cluster {
+    /// A fresh process (a new incarnation, as after a crash and restart) enters the harness.
+    fn add(&mut self, n: u8, config: LockConfig) {
+        self.nodes
+            .insert(member(n), LockService::new(member(n), config));
+    }
+
+    /// Cuts every link between the two groups, both ways.
+    fn split(&mut self, a: &[u8], b: &[u8]) {
+        for x in a {
+            for y in b {
+                self.cut_both(*x, *y);
+            }
+        }
+    }
+
+    /// Every hold believed (held or suspended) now, with its member.
+    fn believed(&self, name: &str) -> Vec<(MemberId, FencingToken)> {
+        let mut out = Vec::new();
+        for (id, node) in &self.nodes {
+            for h in node.holds(self.now) {
+                if h.status != HoldStatus::Lost && h.name == lock_name(name) {
+                    out.push((id.clone(), h.token));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Review finding A1 (amnesia regains a lapsed term without a new grace period).
+///
+/// Grantor 1 (term t1) loses its majority when members 3 and 5 move to member 2's view;
+/// member 2 begins term t2 (supported by 2, 3, 5), waits its grace and grants `x` to
+/// member 5. Member 3, the only member of both majorities, crashes; its new incarnation
+/// (member 6) joins member 1's view (1's view stays majority-sized all along, so no new term
+/// is begun) and, after its restart wait (support_lease × 9/8, far below `lease`), echoes
+/// term t1. Member 1's term is supported again; its `quorum_at` is from long ago, so there is no
+/// grace, and it grants `x` to member 4 while member 5's lease (confirmed by member 2 a moment
+/// before member 3 crashed) still runs. Also a token regression: t1 < t2.
+#[test]
+fn review_a_lapsed_term_regained_through_a_restarted_member_grants_under_a_live_lease() {
+    let config = majority(5);
+    let mut c = Cluster::new(&[1, 2, 3, 4, 5], config.clone());
+    c.install(1, &[1, 2, 3, 4, 5], ViewOrigin::Founded);
+    c.settle();
+    // Partition {1, 4} | {2, 5}; member 3 hears everyone but follows member 2.
+    c.split(&[1, 4], &[2, 5]);
+    c.install(2, &[2, 3, 5], ViewOrigin::TookOver);
+    let r5 = c.lock(5, 1, "x", LockMode::Exclusive, true);
+    c.settle();
+    let t5 = c
+        .granted(5, r5)
+        .expect("member 2's term grants x to member 5");
+    // Member 3 crashes; a new incarnation joins member 1's (still majority-sized) view.
+    c.kill(3);
+    c.add(6, config);
+    c.split(&[6], &[2, 5]);
+    c.install(3, &[1, 4, 6], ViewOrigin::Changed);
+    let r4 = c.lock(4, 1, "x", LockMode::Exclusive, true);
+    for _ in 0..40 {
+        c.advance(Duration::from_millis(50));
+        let holders = c.believed("x");
+        if let Some(t4) = c.granted(4, r4) {
+            assert!(
+                holders.len() <= 1,
+                "two owners believe they hold x at {:?}: {holders:?} (member 4's token {t4} \
+                 after member 5's {t5})",
+                c.now
+            );
+        }
+    }
+}

@@ -873,3 +873,36 @@ fn review_a_lapsed_term_regained_through_a_restarted_member_grants_under_a_live_
         }
     }
 }
+
+/// Simulator seeds 10586 and 11456 (gentle profile): a grant delayed past its lease is given
+/// back and asked for again; the grantor had meanwhile answered a resend of the request with a
+/// copy of the same grant and a fresh stamp. That copy must not be accepted: the give-back frees
+/// the grant at the grantor, which then grants the lock to someone else.
+#[test]
+fn majority_a_copy_of_a_grant_given_back_is_not_accepted() {
+    let mut c = Cluster::new(&[1, 2, 3], majority(3));
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    c.settle();
+    // The grantor's answers to member 2 are late.
+    c.slow_link(1, 2);
+    let r = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    let config = c.node(1).config().clone();
+    c.advance(config.lease + Duration::from_millis(100));
+    // A view change makes member 2 resend its request; the grantor answers with the grant
+    // again (fresh stamp), also late.
+    c.install(2, &[1, 2, 3], ViewOrigin::Changed);
+    let waiter = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    c.release_slow();
+    for _ in 0..40 {
+        c.advance(Duration::from_millis(50));
+        c.assert_exclusive("after the late grants");
+        let now = c.now;
+        if c.node(2).status(now, r).is_some() {
+            c.unlock(2, r);
+        }
+        if c.node(3).status(now, waiter).is_some() {
+            c.unlock(3, waiter);
+        }
+    }
+    assert!(c.granted(3, waiter).is_some(), "the waiter is served");
+}

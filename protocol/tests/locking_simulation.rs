@@ -35,12 +35,33 @@ const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663, 8012];
 const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728, 6019];
 
 fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
-    let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
     let count = env_u64(
         "CONCLAVE_LOCK_SEEDS",
         if cfg!(debug_assertions) { 25 } else { 1500 },
     );
-    let config = SimConfig::locking(policy);
+    run_seeds(
+        &SimConfig::from_env_profile(Some(policy)),
+        regressions,
+        count,
+    )
+}
+
+/// The harsh band the test command always runs (`CONCLAVE_LOCK_HARSH_SEEDS` per policy).
+fn run_harsh_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
+    let count = env_u64(
+        "CONCLAVE_LOCK_HARSH_SEEDS",
+        if cfg!(debug_assertions) { 10 } else { 400 },
+    );
+    run_seeds(&SimConfig::locking_harsh(policy), regressions, count)
+}
+
+fn run_seeds(
+    config: &SimConfig,
+    regressions: &[u64],
+    count: u64,
+) -> (Report, Vec<Violation>, usize) {
+    let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
+    let config = config.clone();
     let seeds: Vec<u64> = regressions
         .iter()
         .copied()
@@ -101,6 +122,50 @@ fn available_policy_seeds_run_clean() {
 #[test]
 fn majority_policy_seeds_run_clean() {
     assert_clean("majority", run_band(MAJORITY, MAJORITY_REGRESSIONS));
+}
+
+/// Harsh-profile seeds that broke an earlier version, per policy (none yet for `Available`).
+const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[];
+const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[];
+
+/// A harsh band must have exercised every harsh fault class.
+fn assert_harsh(name: &str, total: &Report) {
+    let h = &total.faults;
+    assert!(
+        h.link_cuts > 0 && h.one_way_cuts > 0,
+        "{name}: no link cut: {h:?}"
+    );
+    assert!(
+        h.stalls > 0 && h.longest_stall.as_secs_f64() > 1.2,
+        "{name}: no long stall: {h:?}"
+    );
+    assert!(
+        h.max_loss_permille >= 250,
+        "{name}: loss never reached 25%: {h:?}"
+    );
+    assert!(h.max_drift_ppm >= 10_000, "{name}: no clock drift: {h:?}");
+    assert!(
+        total.network.reordered > 0 && total.network.duplicated > 0,
+        "{name}: no reordering or duplication"
+    );
+}
+
+#[test]
+fn majority_policy_harsh_seeds_run_clean() {
+    let total = assert_clean(
+        "majority (harsh)",
+        run_harsh_band(MAJORITY, MAJORITY_HARSH_REGRESSIONS),
+    );
+    assert_harsh("majority (harsh)", &total);
+}
+
+#[test]
+fn available_policy_harsh_seeds_run_clean() {
+    let total = assert_clean(
+        "available (harsh)",
+        run_harsh_band(PartitionPolicy::Available, AVAILABLE_HARSH_REGRESSIONS),
+    );
+    assert_harsh("available (harsh)", &total);
 }
 
 #[test]
@@ -186,7 +251,7 @@ fn replay() {
         Ok("majority") => MAJORITY,
         _ => PartitionPolicy::Available,
     };
-    match sim::run(seed, &SimConfig::locking(policy)) {
+    match sim::run(seed, &SimConfig::from_env_profile(Some(policy))) {
         Ok(report) => println!("seed {seed} runs clean\n{report}"),
         Err(violation) => panic!("{violation}"),
     }

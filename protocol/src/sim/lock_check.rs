@@ -69,7 +69,9 @@ impl Simulation {
             let Some(view) = endpoint.view() else {
                 continue;
             };
-            for hold in endpoint.holds(self.now) {
+            // Each owner's belief, judged on its own clock (a paused node's too: a lease that
+            // ran out on its clock is lost, whether or not it has looked yet).
+            for hold in endpoint.holds(slot.clock.local(self.now)) {
                 if hold.status == HoldStatus::Lost {
                     continue;
                 }
@@ -161,7 +163,7 @@ impl Simulation {
             slot.actors.iter().all(|a| a.is_idle())
                 && locks.pending_requests().is_empty()
                 && locks.pending_releases() == 0
-                && endpoint.holds(self.now).is_empty()
+                && endpoint.holds(slot.clock.local(self.now)).is_empty()
                 && locks.grantor_holds().is_empty()
                 && !locks.is_reconciling()
         })
@@ -188,8 +190,11 @@ impl Simulation {
         }
         let mut believed: BTreeSet<(MemberId, RequestId)> = BTreeSet::new();
         let mut table: BTreeSet<(MemberId, RequestId)> = BTreeSet::new();
-        for endpoint in self.slots.iter().filter_map(|s| s.endpoint.as_ref()) {
-            for hold in endpoint.holds(self.now) {
+        for slot in &self.slots {
+            let Some(endpoint) = slot.endpoint.as_ref() else {
+                continue;
+            };
+            for hold in endpoint.holds(slot.clock.local(self.now)) {
                 believed.insert((endpoint.local().clone(), hold.request));
             }
             if endpoint.locks().is_serving() {

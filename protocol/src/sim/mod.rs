@@ -26,6 +26,8 @@
 //! assert_eq!(sim::run(7, &SimConfig::default()), Ok(report));
 //! ```
 
+mod clock;
+mod faults;
 mod lock_check;
 mod network;
 mod report;
@@ -43,8 +45,10 @@ use crate::endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent};
 use crate::gms::{MembershipState, Sabotage};
 use crate::locking::{LockSabotage, PartitionPolicy};
 use crate::time::Instant;
+use clock::NodeClock;
 use network::{Conditions, Network};
 
+pub use faults::{FaultStats, HarshFaults};
 pub use network::NetworkStats;
 pub use report::{Report, Violation};
 pub use rng::SimRng;
@@ -92,6 +96,9 @@ pub struct SimConfig {
     pub max_down: usize,
     /// Hard bound on steps, so no run can loop forever. Default 3,000,000.
     pub max_steps: u64,
+    /// The harsh profile's extra faults (link cuts, process pauses, long reorderings, clock
+    /// drift); `None` is the gentle profile. Default `None`.
+    pub harsh: Option<HarshFaults>,
 }
 
 impl Default for SimConfig {
@@ -112,6 +119,7 @@ impl Default for SimConfig {
             lock_sabotage: LockSabotage::default(),
             max_down: usize::MAX,
             max_steps: 3_000_000,
+            harsh: None,
         }
     }
 }
@@ -135,6 +143,40 @@ impl SimConfig {
             PartitionPolicy::Available => PartitionPolicy::Available,
         };
         config
+    }
+}
+
+impl SimConfig {
+    /// The harsh profile for membership runs: the gentle faults with loss up to 30%,
+    /// duplication up to 10%, and [`HarshFaults::default`].
+    pub fn harsh() -> Self {
+        SimConfig {
+            max_loss: 0.3,
+            max_duplicate: 0.1,
+            harsh: Some(HarshFaults::default()),
+            ..SimConfig::default()
+        }
+    }
+
+    /// The harsh profile with lock users under `policy`.
+    pub fn locking_harsh(policy: PartitionPolicy) -> Self {
+        SimConfig {
+            max_loss: 0.3,
+            max_duplicate: 0.1,
+            harsh: Some(HarshFaults::default()),
+            ..SimConfig::locking(policy)
+        }
+    }
+
+    /// The profile named by `CONCLAVE_SIM_FAULTS` (`harsh`, or anything else for gentle).
+    pub fn from_env_profile(policy: Option<PartitionPolicy>) -> Self {
+        let harsh = std::env::var("CONCLAVE_SIM_FAULTS").is_ok_and(|v| v == "harsh");
+        match (policy, harsh) {
+            (None, false) => SimConfig::default(),
+            (None, true) => SimConfig::harsh(),
+            (Some(p), false) => SimConfig::locking(p),
+            (Some(p), true) => SimConfig::locking_harsh(p),
+        }
     }
 }
 
@@ -183,6 +225,12 @@ struct Slot {
     next_owner: u64,
     /// Requests of this incarnation that were granted (a second grant is a violation).
     granted: BTreeSet<RequestId>,
+    /// This incarnation's clock.
+    clock: NodeClock,
+    /// Paused (harsh profile) until this global instant.
+    stalled_until: Option<Instant>,
+    /// Datagrams that arrived while paused, in order.
+    buffer: Vec<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -228,6 +276,9 @@ impl Simulation {
                 actors: Vec::new(),
                 next_owner: 1,
                 granted: BTreeSet::new(),
+                clock: NodeClock::exact(Instant::ZERO),
+                stalled_until: None,
+                buffer: Vec::new(),
             })
             .collect();
         let conditions = Conditions {
@@ -235,6 +286,11 @@ impl Simulation {
             duplicate: 0.0,
             min_delay: config.min_delay,
             max_delay: config.max_delay,
+            reorder: config.harsh.as_ref().map_or(0.0, |h| h.reorder),
+            max_reorder_delay: config
+                .harsh
+                .as_ref()
+                .map_or(Duration::ZERO, |h| h.max_reorder_delay),
         };
         let network = Network::new(config.nodes, conditions);
         let chaos_end = Instant::ZERO + config.chaos;
@@ -281,6 +337,8 @@ impl Simulation {
             } else if !self.calm && self.now >= self.next_fault {
                 self.inject_fault();
                 self.next_fault = self.draw_fault_time();
+            } else if let Some(index) = self.due_wake() {
+                self.wake(index);
             } else if let Some(datagram) = self.network.pop_due(self.now) {
                 // Like a driver, the node takes what else is waiting for it before it
                 // answers, so its answers to one member leave in one bundle.
@@ -315,11 +373,15 @@ impl Simulation {
             next = next.min(t);
         }
         for slot in &self.slots {
+            if let Some(until) = slot.stalled_until {
+                next = next.min(until);
+                continue;
+            }
             match (&slot.state, &slot.endpoint) {
                 (SlotState::Down { restart_at }, _) => next = next.min(*restart_at),
                 (_, Some(endpoint)) => {
                     if let Some(t) = endpoint.poll_timeout() {
-                        next = next.min(t);
+                        next = next.min(slot.clock.global(t));
                     }
                 }
                 _ => {}
@@ -338,6 +400,13 @@ impl Simulation {
         next
     }
 
+    /// A paused node whose pause is over.
+    fn due_wake(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.stalled_until.is_some_and(|t| t <= self.now))
+    }
+
     fn draw_fault_time(&mut self) -> Instant {
         let mean = u64::try_from(self.config.fault_interval.as_nanos()).unwrap_or(u64::MAX);
         self.now + Duration::from_nanos(self.rng.between(mean / 4, mean.saturating_mul(7) / 4))
@@ -351,7 +420,12 @@ impl Simulation {
         }
         self.network.conditions.loss = 0.0;
         self.network.conditions.duplicate = 0.0;
+        self.network.conditions.reorder = 0.0;
+        self.network.restore_all();
         for slot in &mut self.slots {
+            if let Some(until) = &mut slot.stalled_until {
+                *until = (*until).min(self.now);
+            }
             if let SlotState::Down { restart_at } = &mut slot.state {
                 *restart_at = (*restart_at).min(self.now);
             }
@@ -369,6 +443,11 @@ impl Simulation {
         let n = self.slots.len();
         let may_take_down = n - live.len() < self.config.max_down;
         self.fault_times.push(self.now);
+        if let Some(harsh) = self.config.harsh.clone() {
+            if self.inject_harsh_fault(&harsh) {
+                return;
+            }
+        }
         match self.rng.below(10) {
             0..=2 if !self.network.is_partitioned() && n >= 2 => {
                 let size = 1 + self.rng.below(n as u64 - 1) as usize;
@@ -404,8 +483,9 @@ impl Simulation {
             }
             6 if live.len() >= 2 && may_take_down => {
                 let leaver = live[self.rng.below(live.len() as u64) as usize];
+                let local = self.local_now(leaver);
                 if let Some(endpoint) = self.slots[leaver].endpoint.as_mut() {
-                    endpoint.leave(self.now);
+                    endpoint.leave(local);
                     self.slots[leaver].state = SlotState::Leaving { since: self.now };
                     self.report.leaves += 1;
                 }
@@ -414,6 +494,9 @@ impl Simulation {
                 self.network.conditions.loss = self.rng.unit() * self.config.max_loss;
                 self.network.conditions.duplicate = self.rng.unit() * self.config.max_duplicate;
                 self.report.link_changes += 1;
+                let permille = (self.network.conditions.loss * 1000.0) as u64;
+                self.report.faults.max_loss_permille =
+                    self.report.faults.max_loss_permille.max(permille);
                 // Loss and duplication rates change the timing only within the slack of the
                 // exclusion bound: not a fault that excuses a crash from being checked.
                 self.fault_times.pop();
@@ -435,6 +518,12 @@ impl Simulation {
         }
         self.report.add_endpoint(&endpoint);
         slot.actors.clear();
+        slot.stalled_until = None;
+        slot.buffer.clear();
+        // A crash while links are cut or nodes paused is not isolated from other faults.
+        let isolated =
+            self.network.cuts().is_empty() && self.slots.iter().all(|s| s.stalled_until.is_none());
+        let slot = &mut self.slots[index];
         let gms = &self.config.endpoint.gms;
         // Suspicion, a takeover chain (a second suspect timeout), then delivery of the new
         // view over a lossy link: 3 s of retransmissions survive five losses in a row.
@@ -442,11 +531,13 @@ impl Simulation {
             + gms.suspect_timeout * 2
             + gms.heartbeat_interval * 2
             + Duration::from_secs(3);
-        self.crashes.push(Crash {
-            member: endpoint.local().clone(),
-            at: self.now,
-            deadline,
-        });
+        if isolated {
+            self.crashes.push(Crash {
+                member: endpoint.local().clone(),
+                at: self.now,
+                deadline,
+            });
+        }
         let downtime = Duration::from_millis(self.rng.between(200, 4_000));
         slot.state = SlotState::Down {
             restart_at: self.now + downtime,
@@ -455,6 +546,9 @@ impl Simulation {
 
     fn start(&mut self, index: usize) {
         let incarnation = self.rng.next_u128();
+        let clock = self.new_clock();
+        self.slots[index].clock = clock;
+        let local = clock.local(self.now);
         let slot = &mut self.slots[index];
         let member = match MemberId::new(incarnation, &format!("n{index}"), slot.addr) {
             Ok(member) => member,
@@ -468,7 +562,7 @@ impl Simulation {
         );
         endpoint.gms_mut().set_sabotage(self.config.sabotage);
         endpoint.locks_mut().set_sabotage(self.config.lock_sabotage);
-        endpoint.join(self.now);
+        endpoint.join(local);
         slot.endpoint = Some(endpoint);
         slot.state = SlotState::Up;
         slot.last_epoch = 0;
@@ -484,6 +578,11 @@ impl Simulation {
     }
 
     fn deliver(&mut self, to: usize, bytes: &[u8]) {
+        if self.slots[to].stalled_until.is_some() && self.slots[to].endpoint.is_some() {
+            self.slots[to].buffer.push(bytes.to_vec());
+            return;
+        }
+        let local = self.local_now(to);
         match self.slots[to].endpoint.as_mut() {
             Some(endpoint) => {
                 self.network.stats.delivered += 1;
@@ -497,7 +596,7 @@ impl Simulation {
                     }
                 }
                 self.report.trace_hash = fnv(self.report.trace_hash, bytes);
-                endpoint.handle_datagram(self.now, bytes);
+                endpoint.handle_datagram(local, bytes);
             }
             None => self.network.stats.to_dead += 1,
         }
@@ -505,6 +604,10 @@ impl Simulation {
 
     fn run_timers(&mut self) {
         for index in 0..self.slots.len() {
+            if self.slots[index].stalled_until.is_some() {
+                continue;
+            }
+            let local = self.local_now(index);
             match self.slots[index].state {
                 SlotState::Down { restart_at } if restart_at <= self.now => self.start(index),
                 SlotState::Leaving { since } => {
@@ -523,15 +626,15 @@ impl Simulation {
                             restart_at: self.now + downtime,
                         };
                     } else if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
-                        if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
-                            endpoint.handle_timeout(self.now);
+                        if endpoint.poll_timeout().is_some_and(|t| t <= local) {
+                            endpoint.handle_timeout(local);
                         }
                     }
                 }
                 SlotState::Up => {
                     if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
-                        if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
-                            endpoint.handle_timeout(self.now);
+                        if endpoint.poll_timeout().is_some_and(|t| t <= local) {
+                            endpoint.handle_timeout(local);
                         }
                     }
                     self.run_actors(index);
@@ -582,6 +685,7 @@ impl Simulation {
         let Some(workload) = self.config.workload.clone() else {
             return;
         };
+        let local = self.local_now(index);
         for a in 0..self.slots[index].actors.len() {
             let owner = self.slots[index].next_owner;
             let issue = !self.calm;
@@ -600,13 +704,13 @@ impl Simulation {
             match action {
                 Some(Action::Lock(request)) => {
                     slot.next_owner += 1;
-                    let id = endpoint.lock(self.now, request);
+                    let id = endpoint.lock(local, request);
                     slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
                 }
-                Some(Action::Cancel(request)) => endpoint.cancel(self.now, request),
+                Some(Action::Cancel(request)) => endpoint.cancel(local, request),
                 Some(Action::Unlock(request)) => {
                     // A lock lost meanwhile is no longer held: that is not an error here.
-                    let _ = endpoint.unlock(self.now, request);
+                    let _ = endpoint.unlock(local, request);
                 }
                 None => {}
             }
@@ -722,7 +826,7 @@ impl Simulation {
                     e.view().map(ToString::to_string).unwrap_or_default(),
                     e.locks().pending_requests(),
                     e.locks().pending_releases(),
-                    e.holds(self.now).len(),
+                    e.holds(s.clock.local(self.now)).len(),
                     e.locks().grantor_holds(),
                     e.locks().is_reconciling(),
                 ),
@@ -771,7 +875,12 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
     } else {
         "cargo test -p conclave-protocol --features sim --release --test simulation".to_owned()
     };
-    format!("CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
+    let profile = if config.harsh.is_some() {
+        "CONCLAVE_SIM_FAULTS=harsh "
+    } else {
+        ""
+    };
+    format!("{profile}CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
 }
 
 fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {

@@ -1,6 +1,6 @@
 //! The simulated network: datagrams in flight with delay, loss, duplication and partitions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::rng::SimRng;
@@ -21,6 +21,10 @@ pub(crate) struct Conditions {
     pub(crate) duplicate: f64,
     pub(crate) min_delay: Duration,
     pub(crate) max_delay: Duration,
+    /// Share of datagrams held back far beyond `max_delay` (later ones overtake them).
+    pub(crate) reorder: f64,
+    /// Longest extra delay of a held-back datagram.
+    pub(crate) max_reorder_delay: Duration,
 }
 
 /// Counters of what the network did.
@@ -38,6 +42,10 @@ pub struct NetworkStats {
     pub partitioned: u64,
     /// Datagrams that arrived at a crashed node.
     pub to_dead: u64,
+    /// Datagrams dropped by a cut link (one way or both).
+    pub cut: u64,
+    /// Datagrams held back far beyond the delay spread (reordered).
+    pub reordered: u64,
 }
 
 /// Datagrams in flight, ordered by delivery time, then by send order (for determinism).
@@ -47,6 +55,8 @@ pub(crate) struct Network {
     next_id: u64,
     /// Which side of the current partition each slot is on (all 0 when healed).
     side: Vec<u8>,
+    /// Directed links that drop everything (`(from, to)`).
+    blocked: BTreeSet<(usize, usize)>,
     pub(crate) conditions: Conditions,
     pub(crate) stats: NetworkStats,
 }
@@ -57,13 +67,35 @@ impl Network {
             in_flight: BTreeMap::new(),
             next_id: 0,
             side: vec![0; nodes],
+            blocked: BTreeSet::new(),
             conditions,
             stats: NetworkStats::default(),
         }
     }
 
+    /// Whether a datagram from `a` reaches `b`.
     pub(crate) fn connected(&self, a: usize, b: usize) -> bool {
-        self.side[a] == self.side[b]
+        self.side[a] == self.side[b] && !self.blocked.contains(&(a, b))
+    }
+
+    /// Cuts the link from `a` to `b` (one way).
+    pub(crate) fn cut(&mut self, a: usize, b: usize) {
+        self.blocked.insert((a, b));
+    }
+
+    /// The directed links cut now.
+    pub(crate) fn cuts(&self) -> Vec<(usize, usize)> {
+        self.blocked.iter().copied().collect()
+    }
+
+    /// Restores the link from `a` to `b`.
+    pub(crate) fn restore(&mut self, a: usize, b: usize) {
+        self.blocked.remove(&(a, b));
+    }
+
+    /// Restores every cut link.
+    pub(crate) fn restore_all(&mut self) {
+        self.blocked.clear();
     }
 
     pub(crate) fn is_partitioned(&self) -> bool {
@@ -90,6 +122,10 @@ impl Network {
         bytes: Vec<u8>,
     ) {
         self.stats.sent += 1;
+        if self.blocked.contains(&(from, to)) {
+            self.stats.cut += 1;
+            return;
+        }
         if !self.connected(from, to) {
             self.stats.partitioned += 1;
             return;
@@ -114,10 +150,18 @@ impl Network {
         self.push(at, InFlight { from, to, bytes });
     }
 
-    fn delay(&self, rng: &mut SimRng) -> Duration {
+    fn delay(&mut self, rng: &mut SimRng) -> Duration {
         let lo = u64::try_from(self.conditions.min_delay.as_nanos()).unwrap_or(u64::MAX);
         let hi = u64::try_from(self.conditions.max_delay.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rng.between(lo, hi.max(lo)))
+        let delay = Duration::from_nanos(rng.between(lo, hi.max(lo)));
+        // Only the harsh profile sets `reorder`: the gentle one draws no extra number.
+        if self.conditions.reorder > 0.0 && rng.chance(self.conditions.reorder) {
+            self.stats.reordered += 1;
+            let extra =
+                u64::try_from(self.conditions.max_reorder_delay.as_nanos()).unwrap_or(u64::MAX);
+            return delay + Duration::from_nanos(rng.between(hi, extra.max(hi)));
+        }
+        delay
     }
 
     fn push(&mut self, at: Instant, datagram: InFlight) {

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::faults::FaultStats;
 use super::network::NetworkStats;
 use super::workload::WorkloadStats;
 use crate::endpoint::Endpoint;
@@ -37,6 +38,8 @@ pub struct Report {
     pub leaves: u64,
     /// Changes of loss and duplication rates.
     pub link_changes: u64,
+    /// The harsh profile's faults: link cuts, pauses, loss, clock drift.
+    pub faults: FaultStats,
     /// Crashes whose exclusion deadline was checked (the crash was isolated from other faults).
     pub exclusions_checked: u64,
     /// Membership counters summed over every incarnation.
@@ -82,6 +85,9 @@ impl Report {
         n.duplicated += o.duplicated;
         n.partitioned += o.partitioned;
         n.to_dead += o.to_dead;
+        n.cut += o.cut;
+        n.reordered += o.reordered;
+        self.faults.accumulate(&other.faults);
         self.partitions += other.partitions;
         self.partitions_healed += other.partitions_healed;
         self.crashes += other.crashes;
@@ -163,6 +169,22 @@ impl fmt::Display for Report {
             self.leaves,
             self.link_changes
         )?;
+        let h = &self.faults;
+        if h.link_cuts + h.one_way_cuts + h.stalls + h.max_drift_ppm > 0 {
+            writeln!(
+                f,
+                "harsh faults        {} link cuts, {} one-way cuts ({} datagrams cut), {} stalls ({:.1} s in all, longest {:.2} s), {} reordered, loss up to {:.1}%, clock drift up to {} ppm",
+                h.link_cuts,
+                h.one_way_cuts,
+                self.network.cut,
+                h.stalls,
+                h.stall_time.as_secs_f64(),
+                h.longest_stall.as_secs_f64(),
+                self.network.reordered,
+                h.max_loss_permille as f64 / 10.0,
+                h.max_drift_ppm
+            )?;
+        }
         writeln!(f, "node starts         {}", self.starts)?;
         writeln!(
             f,

@@ -31,8 +31,9 @@ const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663, 8012];
 /// Majority: 9 (two takeovers in separate partitions both used epoch 7 for tokens), 64 (a
 /// minority that gained a majority by a fresh joiner granted at once, below older tokens),
 /// 4728 (an excluded holder renewed its lease from the grantor's acks: two holders), 6019
-/// (a cancel lost when a reconciliation restarted and dropped its backlog).
-const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728, 6019];
+/// (a cancel lost when a reconciliation restarted and dropped its backlog), 10586 and 11456
+/// (a copy of a grant already given back was accepted: two holders).
+const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728, 6019, 10586, 11456];
 
 fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
     let count = env_u64(
@@ -124,9 +125,12 @@ fn majority_policy_seeds_run_clean() {
     assert_clean("majority", run_band(MAJORITY, MAJORITY_REGRESSIONS));
 }
 
-/// Harsh-profile seeds that broke an earlier version, per policy (none yet for `Available`).
-const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[];
-const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[];
+/// Harsh-profile seeds that broke an earlier version, per policy. Majority: 721 (two
+/// grantors used one term number after the member common to both majorities restarted: token
+/// amnesia, counted). Available: 1416 (a request granted again by a grantor that rebuilt its
+/// table was released under its first token: a ghost hold).
+const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[721];
+const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[1416];
 
 /// A harsh band must have exercised every harsh fault class.
 fn assert_harsh(name: &str, total: &Report) {

@@ -42,6 +42,11 @@ pub(crate) struct Held {
     pub(crate) granted_in: u64,
     /// The grantor that granted it.
     pub(crate) granted_by: MemberId,
+    /// The newest token a grantor gave this request: a new grantor that rebuilt its table
+    /// from a report listing the request as pending grants it again, with a higher token,
+    /// while the first grant is on its way. Releases and reports name this one, so they
+    /// match the table. (The owner keeps `token`, the one it was told.)
+    pub(crate) table_token: FencingToken,
     /// `Majority`: the lease runs from this instant (the send time of the newest stamp a
     /// grantor confirmed this hold with).
     pub(crate) leased_from: Instant,
@@ -284,7 +289,7 @@ impl Client {
         let release = Release {
             name: held.name,
             owner: held.owner,
-            token: held.token,
+            token: held.table_token,
         };
         if let Some(grantor) = &self.grantor {
             out.push_back((grantor.clone(), self.unlock_message(request, &release)));
@@ -363,7 +368,7 @@ impl Client {
             let release = Release {
                 name: held.name.clone(),
                 owner: held.owner,
-                token: held.token,
+                token: held.table_token,
             };
             if let Some(grantor) = &self.grantor {
                 out.push_back((grantor.clone(), self.unlock_message(request, &release)));
@@ -441,8 +446,14 @@ impl Client {
                     out.push_back((from.clone(), self.give_back(request, name, token)));
                     return;
                 }
-                if self.held.contains_key(&request) || self.cancelled.contains_key(&request) {
-                    // A resend of a grant we have, or a grant our cancel will release.
+                if let Some(held) = self.held.get_mut(&request) {
+                    // A resend of a grant we have, or a new grant of the same request by a
+                    // grantor that rebuilt its table meanwhile: the table holds that one.
+                    held.table_token = held.table_token.max(token);
+                    return;
+                }
+                if self.cancelled.contains_key(&request) {
+                    // A grant our cancel will release.
                     return;
                 }
                 if !self.pending.contains_key(&request) {
@@ -483,6 +494,7 @@ impl Client {
                         token,
                         granted_in: self.epoch,
                         granted_by: from.clone(),
+                        table_token: token,
                         leased_from,
                     },
                 );
@@ -533,7 +545,11 @@ impl Client {
                 let lost: Vec<RequestId> = self
                     .held
                     .iter()
-                    .filter(|(_, h)| h.name == name && h.owner == owner.local && h.token == token)
+                    .filter(|(_, h)| {
+                        h.name == name
+                            && h.owner == owner.local
+                            && (h.token == token || h.table_token == token)
+                    })
                     .map(|(r, _)| *r)
                     .collect();
                 for request in lost {
@@ -594,7 +610,7 @@ impl Client {
                     name: h.name.clone(),
                     owner: self.owner(h.owner),
                     mode: h.mode,
-                    token: h.token,
+                    token: h.table_token,
                 })
                 .collect(),
             pending: self

@@ -109,13 +109,17 @@ impl Simulation {
             let grantor = endpoint.local().incarnation();
             for (name, token, known_epoch) in endpoint.locks_mut().take_grant_log() {
                 let key = (if majority { 0 } else { grantor }, name.clone());
-                if let Some(last) = self.last_tokens.get(&key) {
-                    if token <= *last && known_epoch < last.epoch() {
-                        // The grantor's whole view never heard of the epoch that issued the
-                        // previous token: a majority of fresh processes with the survivors
-                        // out of reach. Documented limitation; counted, not a violation.
+                if let Some((last, last_grantor, starts)) = self.last_tokens.get(&key) {
+                    let last = *last;
+                    // Amnesia: the grantor never heard of the previous token's epoch (or term);
+                    // or, under `Majority`, another grantor's term of the same or a lower
+                    // number, begun after a node restarted (a member in both majorities forgot
+                    // the higher term it had supported: see docs/protocol.md, "Tokens").
+                    let forgot = known_epoch < last.epoch()
+                        || (majority && *last_grantor != grantor && self.report.starts > *starts);
+                    if token <= last && forgot {
                         self.report.token_amnesia += 1;
-                    } else if token <= *last {
+                    } else if token <= last {
                         return Err(self.violation(
                             "fencing tokens strictly increase per lock in grant order",
                             format!(
@@ -124,7 +128,8 @@ impl Simulation {
                         ));
                     }
                 }
-                self.last_tokens.insert(key, token);
+                self.last_tokens
+                    .insert(key, (token, grantor, self.report.starts));
             }
         }
         Ok(())

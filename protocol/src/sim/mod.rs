@@ -254,7 +254,8 @@ struct Simulation {
     crashes: Vec<Crash>,
     fault_times: Vec<Instant>,
     /// Last fencing token granted per (grantor incarnation, or 0 for cluster-wide, lock).
-    last_tokens: BTreeMap<(u128, LockName), FencingToken>,
+    /// With the granting incarnation and the number of node starts at that grant.
+    last_tokens: BTreeMap<(u128, LockName), (FencingToken, u128, u64)>,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
     /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).

@@ -310,9 +310,11 @@ impl Endpoint {
             // left our view for another) still acknowledges what we send, and counting that
             // would keep us in a view nobody coordinates. Heartbeats go only to the members
             // of the sender's view.
-            Frame::Data(segment) => self.reliable.handle_segment(now, &sender, segment),
-            Frame::Bundle(segments) => self.reliable.handle_bundle(now, &sender, segments),
-            Frame::Ack(ack) => self.reliable.handle_ack(now, &sender, ack),
+            Frame::Data(_) | Frame::Bundle(_) | Frame::Ack(_) if self.gms.ignore_lineage() => {
+                self.gms.note_alive(now, &sender);
+                self.handle_reliable(now, &sender, frame);
+            }
+            frame => self.handle_reliable(now, &sender, frame),
         }
         self.pump(now);
     }
@@ -333,6 +335,15 @@ impl Endpoint {
             self.reliable.remove_peer(&member);
         }
         self.pump(now);
+    }
+
+    fn handle_reliable(&mut self, now: Instant, sender: &MemberId, frame: Frame) {
+        match frame {
+            Frame::Data(segment) => self.reliable.handle_segment(now, sender, segment),
+            Frame::Bundle(segments) => self.reliable.handle_bundle(now, sender, segments),
+            Frame::Ack(ack) => self.reliable.handle_ack(now, sender, ack),
+            Frame::Discovery(_) | Frame::Heartbeat { .. } => {}
+        }
     }
 
     /// The next datagram to send. Reliable traffic is framed here, when it is asked for:

@@ -33,7 +33,7 @@ fn seeds_run_clean() {
         "CONCLAVE_SIM_SEEDS",
         if cfg!(debug_assertions) { 40 } else { 1000 },
     );
-    let config = SimConfig::default();
+    let config = SimConfig::from_env_profile(None);
     let mut total = Report::default();
     let mut failures = Vec::new();
     let seeds: Vec<u64> = REGRESSION_SEEDS
@@ -84,6 +84,50 @@ fn seeds_run_clean() {
         total.network.lost > 0 && total.network.duplicated > 0,
         "no loss or duplication"
     );
+}
+
+/// Seeds of the harsh profile that broke an earlier version (none yet).
+const HARSH_REGRESSION_SEEDS: &[u64] = &[];
+
+/// The harsh profile (link cuts both ways and one way, process pauses, loss to 30%, long
+/// reorderings, clock drift): `CONCLAVE_SIM_HARSH_SEEDS` seeds (default 400 in release).
+#[test]
+fn harsh_seeds_run_clean() {
+    let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
+    let count = env_u64(
+        "CONCLAVE_SIM_HARSH_SEEDS",
+        if cfg!(debug_assertions) { 10 } else { 400 },
+    );
+    let config = SimConfig::harsh();
+    let mut total = Report::default();
+    let mut failures = Vec::new();
+    let seeds: Vec<u64> = HARSH_REGRESSION_SEEDS
+        .iter()
+        .copied()
+        .chain(first..first + count)
+        .collect();
+    for &seed in &seeds {
+        match sim::run(seed, &config) {
+            Ok(report) => total.accumulate(&report),
+            Err(violation) => failures.push(violation),
+        }
+    }
+    println!("simulator, harsh: {} seeds\n{total}", seeds.len());
+    if let Some(first) = failures.first() {
+        let failed: Vec<u64> = failures.iter().map(|v| v.seed).collect();
+        panic!(
+            "{} of {} harsh seeds violated an invariant (seeds {failed:?}); the first:\n{first}",
+            failures.len(),
+            seeds.len()
+        );
+    }
+    let h = &total.faults;
+    assert!(h.link_cuts > 0 && h.one_way_cuts > 0, "no link cut: {h:?}");
+    assert!(h.stalls > 0, "no stall: {h:?}");
+    assert!(h.max_loss_permille >= 250, "loss never reached 25%: {h:?}");
+    assert!(h.max_drift_ppm >= 10_000, "no clock drift: {h:?}");
+    assert!(total.network.reordered > 0, "no reordering");
+    assert!(total.gms.takeovers > 0 && total.gms.merges_led > 0);
 }
 
 #[test]
@@ -153,7 +197,7 @@ fn replay() {
         return;
     };
     let seed: u64 = seed.parse().expect("CONCLAVE_SIM_SEED is a number");
-    match sim::run(seed, &SimConfig::default()) {
+    match sim::run(seed, &SimConfig::from_env_profile(None)) {
         Ok(report) => println!("seed {seed} runs clean\n{report}"),
         Err(violation) => panic!("{violation}"),
     }

@@ -278,8 +278,9 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
-        let follows =
-            coordinator == ours.incarnation() || (view_epoch > view.epoch() && from != ours);
+        let follows = coordinator == ours.incarnation()
+            || (view_epoch > view.epoch() && from != ours)
+            || self.ignore_lineage();
         if follows {
             self.stray_since.remove(from);
             self.note_alive(now, from);
@@ -818,6 +819,18 @@ impl Gms {
 
     #[cfg(not(feature = "sim"))]
     fn skip_epoch_check(&self) -> bool {
+        false
+    }
+
+    /// Sabotage: the old liveness rules (any heartbeat, and any reliable-layer frame, is a
+    /// sign of life).
+    #[cfg(feature = "sim")]
+    pub(crate) fn ignore_lineage(&self) -> bool {
+        self.sabotage.ignore_lineage
+    }
+
+    #[cfg(not(feature = "sim"))]
+    pub(crate) fn ignore_lineage(&self) -> bool {
         false
     }
 

@@ -111,4 +111,8 @@ pub struct Sabotage {
     pub skip_view_epoch_check: bool,
     /// Never exclude suspected members as coordinator.
     pub never_exclude: bool,
+    /// Count every heartbeat, and every reliable-layer frame, as a sign of life, whichever
+    /// coordinator its sender follows (the bug that left members orphaned in views nobody
+    /// coordinates after link cuts).
+    pub ignore_lineage: bool,
 }

@@ -79,6 +79,8 @@ pub(crate) struct Client {
     lease: Option<std::time::Duration>,
     /// Sabotage: neither resend nor report pending releases to a new grantor.
     pub(crate) forget_releases: bool,
+    /// Sabotage: leases run from receipt, not from the stamp's send time.
+    pub(crate) anchor_at_receipt: bool,
 }
 
 /// Stamps remembered at most (older ones are past any lease anyway).
@@ -99,6 +101,7 @@ impl Client {
             grantor: None,
             epoch: 0,
             forget_releases: false,
+            anchor_at_receipt: false,
         }
     }
 
@@ -465,6 +468,7 @@ impl Client {
                 }
                 let leased_from = match self.lease {
                     None => now,
+                    Some(_) if self.anchor_at_receipt => now,
                     Some(lease) => match self.stamp_time(stamp) {
                         Some(sent) if now < sent + lease => sent,
                         _ => {
@@ -512,6 +516,7 @@ impl Client {
                 let Some(sent) = self.stamp_time(stamp) else {
                     return;
                 };
+                let sent = if self.anchor_at_receipt { now } else { sent };
                 for request in held {
                     if let Some(h) = self.held.get_mut(&request) {
                         h.leased_from = h.leased_from.max(sent);

@@ -52,7 +52,10 @@ pub(crate) struct Support {
     /// The promise to `promised`'s grantor runs until then.
     promise_until: Option<Instant>,
     /// The newest probe of our grantor, to echo with the next heartbeat to it.
-    to_echo: Option<(MemberId, Probe)>,
+    /// (Only ever the coordinator of our view, but for the sabotage below.)
+    to_echo: BTreeMap<MemberId, Probe>,
+    /// Sabotage (simulator): echo every grantor that probes, at once, with no promise.
+    pub(crate) promise_anyone: bool,
 }
 
 impl Support {
@@ -73,6 +76,9 @@ impl Support {
         term: u64,
         born_wait: Duration,
     ) -> bool {
+        if self.promise_anyone {
+            return true;
+        }
         if self.born.is_none_or(|born| now < born + born_wait) {
             return false;
         }
@@ -95,7 +101,10 @@ impl Support {
     /// A probe arrived from the coordinator of our view: echo it with the next heartbeat.
     pub(crate) fn probed(&mut self, grantor: &MemberId, probe: Probe) {
         self.observe_term(probe.term);
-        self.to_echo = Some((grantor.clone(), probe));
+        if !self.promise_anyone {
+            self.to_echo.clear();
+        }
+        self.to_echo.insert(grantor.clone(), probe);
     }
 
     /// The echo to put on a heartbeat to `to`, if we owe `to` one and may promise it; the
@@ -107,12 +116,12 @@ impl Support {
         born_wait: Duration,
         duration: Duration,
     ) -> Option<Probe> {
-        let (grantor, probe) = self.to_echo.as_ref()?;
-        if grantor != to || !self.may_promise(now, grantor, probe.term, born_wait) {
+        let probe = *self.to_echo.get(to)?;
+        if !self.may_promise(now, to, probe.term, born_wait) {
             return None;
         }
-        let (grantor, probe) = self.to_echo.take()?;
-        self.promise(now, &grantor, probe.term, duration);
+        self.to_echo.remove(to);
+        self.promise(now, to, probe.term, duration);
         Some(probe)
     }
 
@@ -135,6 +144,9 @@ impl Support {
     /// If `grantor`'s `term` can never be echoed by this member (it promised an equal or
     /// higher term to another grantor), the term it promised.
     pub(crate) fn refuses(&self, grantor: &MemberId, term: u64) -> Option<u64> {
+        if self.promise_anyone {
+            return None;
+        }
         let (promised_term, promised_to) = self.promised.as_ref()?;
         // A stale probe of a term the grantor itself has left behind needs no answer.
         (promised_to != grantor && term <= *promised_term).then_some(*promised_term)
@@ -142,15 +154,12 @@ impl Support {
 
     /// The term of the probe we owe `to` an echo for.
     pub(crate) fn owed_term(&self, to: &MemberId) -> Option<u64> {
-        match &self.to_echo {
-            Some((grantor, probe)) if grantor == to => Some(probe.term),
-            _ => None,
-        }
+        self.to_echo.get(to).map(|probe| probe.term)
     }
 
     /// Forgets a probe we owe an echo for (our grantor changed).
     pub(crate) fn forget_echo(&mut self) {
-        self.to_echo = None;
+        self.to_echo.clear();
     }
 }
 

@@ -196,6 +196,12 @@ pub struct LockSabotage {
     pub forget_pending_releases: bool,
     /// Hand out the previous fencing token again.
     pub reuse_fencing_token: bool,
+    /// `Majority`: run a hold's lease from when a grant or renewal *arrived*, not from when
+    /// the stamp it answers was sent (the bug a late, buffered or paused delivery exposes).
+    pub anchor_leases_at_receipt: bool,
+    /// `Majority`: support every grantor that probes, at once, coordinator of our view or not:
+    /// no promise, no term order (the bug two coordinators behind a link cut expose).
+    pub promise_anyone: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -253,6 +259,8 @@ impl LockService {
         self.grantor.sabotage.skip_liveness_recheck = sabotage.skip_liveness_recheck;
         self.grantor.table.reuse_tokens = sabotage.reuse_fencing_token;
         self.client.forget_releases = sabotage.forget_pending_releases;
+        self.client.anchor_at_receipt = sabotage.anchor_leases_at_receipt;
+        self.support.promise_anyone = sabotage.promise_anyone;
     }
 
     /// The configuration.
@@ -446,7 +454,8 @@ impl LockService {
             Some(term) if self.grantor.is_active() => Some(term.probe(now)),
             _ => None,
         };
-        let to_grantor = self.view.as_ref().is_some_and(|v| v.coordinator() == to);
+        let to_grantor = self.view.as_ref().is_some_and(|v| v.coordinator() == to)
+            || self.support.promise_anyone;
         let (mut echo, mut refused) = (None, None);
         if to_grantor {
             refused = self
@@ -484,7 +493,8 @@ impl LockService {
         self.enter(now);
         self.support.observe_term(beat.max_term);
         if let Some(probe) = beat.probe {
-            if self.view.as_ref().is_some_and(|v| v.coordinator() == from) {
+            let ours = self.view.as_ref().is_some_and(|v| v.coordinator() == from);
+            if ours || self.support.promise_anyone {
                 self.support.probed(from, probe);
             } else {
                 self.support.observe_term(probe.term);

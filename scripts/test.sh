@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command named in README.md: every test and doctest of the workspace, in release
-# mode so the simulator's seed bands (1,000 membership and 1,500 locking seeds per policy by default) run quickly.
-# CONCLAVE_SIM_SEEDS / CONCLAVE_SIM_FIRST_SEED choose another band.
+# mode so the simulator's seed bands run quickly: 1,000 gentle and 400 harsh membership seeds,
+# 1,500 gentle and 400 harsh locking seeds per policy by default.
+# CONCLAVE_SIM_SEEDS / CONCLAVE_LOCK_SEEDS / CONCLAVE_SIM_HARSH_SEEDS / CONCLAVE_LOCK_HARSH_SEEDS /
+# CONCLAVE_SIM_FIRST_SEED choose other bands; CONCLAVE_SIM_FAULTS=harsh runs the gentle bands'
+# tests with the harsh profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo test --workspace --all-features --release -- --nocapture

@@ -15,7 +15,8 @@ pub enum LockLostReason {
     Duplicate,
     /// The member found itself in a minority partition (`Majority` policy).
     Minority,
-    /// The member has not heard from the grantor for longer than the lock lease.
+    /// The hold's lease ran out (`Majority` policy): no grantor confirmed the hold within the
+    /// lease, counted from the moment this member sent its newest confirmed renewal.
     LeaseExpired,
     /// The member was excluded from the view.
     Expelled,

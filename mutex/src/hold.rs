@@ -27,11 +27,13 @@ use crate::shared::{Inner, Phase};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockStatus {
-    /// Held, and the grantor was heard from recently.
+    /// Held, and the grantor was heard from recently (under `Majority`: it confirmed the
+    /// hold's lease within `suspend_after`).
     Held,
-    /// The grantor has been silent for a while: ownership is unknown until it is heard again
-    /// (or the lock is lost). Pause writes to the protected resource, or rely on the fencing
-    /// token.
+    /// The grantor has been silent for a while (under `Majority`: the lease was last
+    /// confirmed more than `suspend_after` ago and has not run out): ownership is unknown until
+    /// it is heard again (or the lock is lost). Pause writes to the protected resource, or rely
+    /// on the fencing token.
     Suspended,
     /// Not held any more; [`crate::MutexGuard::lost`] tells why.
     Lost,

@@ -125,11 +125,15 @@ fn majority_policy_seeds_run_clean() {
     assert_clean("majority", run_band(MAJORITY, MAJORITY_REGRESSIONS));
 }
 
-/// Harsh-profile seeds that broke an earlier version, per policy. Majority: 721 (two
-/// grantors used one term number after the member common to both majorities restarted: token
-/// amnesia, counted). Available: 1416 (a request granted again by a grantor that rebuilt its
-/// table was released under its first token: a ghost hold).
-const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[721];
+/// Harsh-profile seeds that broke an earlier version, per policy. Majority, against the
+/// protocol before grantor terms and send-time leases (the safety review's findings): 17, 68,
+/// 71 (one grantor, a holder whose lease was renewed by heartbeats it received late: two
+/// holders), 25, 48 (two coordinators behind link cuts both granting), 12, 42 (tokens going
+/// back across two grantors); and 721 (two grantors used one term number after the member
+/// common to both majorities restarted: token amnesia, counted). Available: 1416 (a request
+/// granted again by a grantor that rebuilt its table was released under its first token: a
+/// ghost hold).
+const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[12, 17, 25, 42, 48, 68, 71, 721];
 const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[1416];
 
 /// A harsh band must have exercised every harsh fault class.

@@ -55,6 +55,7 @@ over_both_backends!(
     processes_exclude_each_other_on_a_shared_counter,
     survivors_of_a_killed_coordinator_keep_their_locks_and_serve_its_waiters,
     a_killed_coordinator_under_the_majority_policy,
+    a_paused_grantor_grants_nothing_when_it_wakes,
     a_killed_member_restarts_and_rejoins_as_a_new_member,
     garbage_and_foreign_traffic_is_ignored,
 );
@@ -96,6 +97,55 @@ fn a_killed_coordinator_under_the_majority_policy(backend: Backend) {
     let mut cluster = Cluster::new("kill-majority", 6, backend);
     cluster.majority = Some(3);
     coordinator_killed(cluster);
+}
+
+/// `SIGSTOP` of the grantor under `Majority` (a process pause: GC, VM steal), for longer than
+/// the leases, with a release of the lock it guards waiting in its socket buffer. The others
+/// take over and serve a waiter. When the paused grantor resumes, it reads the release: in its
+/// old table the lock is now free and its own request waits for it — yet it grants nothing
+/// while the new holder holds (its term lost its majority while it slept). Its request is
+/// served only after the new holder releases.
+fn a_paused_grantor_grants_nothing_when_it_wakes(backend: Backend) {
+    let mut cluster = Cluster::new("pause-majority", 7, backend);
+    cluster.majority = Some(3);
+    let view = cluster.start_all(&["a", "b", "c"]);
+    let grantor = cluster.index_of(&view[0]);
+    let holder = cluster.index_of(&view[1]);
+    let other = cluster.index_of(&view[2]);
+
+    cluster.members[holder].send("lock x");
+    cluster.members[holder].expect("holder granted", |l| l.starts_with("GRANTED x "));
+    cluster.members[grantor].send("lock x");
+    cluster.members[grantor].expect("the grantor waits", |l| l == "WAITING x");
+
+    cluster.members[grantor].signal("STOP");
+    // The release reaches the paused grantor's socket buffer (the others do not suspect it
+    // yet); it is also kept and resent to whoever grants next.
+    cluster.members[holder].send("unlock x");
+    cluster.members[other].send("lock x");
+    cluster.members[other].expect("the others take over and serve the waiter", |l| {
+        l.starts_with("GRANTED x ")
+    });
+    cluster.members[holder].expect("released", |l| l == "RELEASED x");
+    cluster.agree(&[holder, other]);
+    std::thread::sleep(Duration::from_millis(500));
+    // The paused grantor has slept longer than a lease and the new grantor's grace.
+    cluster.members[grantor].signal("CONT");
+    for _ in 0..30 {
+        for i in [grantor, holder, other] {
+            cluster.members[i].poll(Duration::from_millis(50));
+        }
+    }
+    assert!(
+        !cluster.members[grantor].saw_prefix("GRANTED x"),
+        "the woken grantor was granted a lock someone else holds\n{}\n{}",
+        cluster.members[grantor].report(),
+        cluster.members[other].report()
+    );
+    assert_eq!(cluster.status(other, "x"), "held");
+    cluster.members[other].send("unlock x");
+    cluster.members[other].expect("released", |l| l == "RELEASED x");
+    cluster.members[grantor].expect("served after the release", |l| l.starts_with("GRANTED x "));
 }
 
 /// `kill -9` of the coordinator of three processes, one survivor holding a lock, the other
@@ -763,6 +813,16 @@ impl Member {
     }
 
     /// `kill -9` of the child, by its PID, and reaping it.
+    /// Sends a signal (`STOP`, `CONT`) to the process, by its PID.
+    fn signal(&mut self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
     fn kill(&mut self) {
         self.alive = false;
         self.stdin = None;

@@ -270,6 +270,23 @@ impl Hold {
         }
     }
 
+    /// Why the hold is lost, if it is (`None` while held or suspended).
+    pub(crate) fn lost_reason(&self) -> Option<LockLostReason> {
+        if self.status() != LockStatus::Lost {
+            return None;
+        }
+        let shared = self.inner.lock();
+        Some(match shared.slots.get(&self.request) {
+            Some(slot) => match slot.lost {
+                Some(reason) => reason,
+                None if shared.phase == Phase::Closed => LockLostReason::Shutdown,
+                // The lease ran out on this node's clock; the notice is on its way.
+                None => LockLostReason::LeaseExpired,
+            },
+            None => LockLostReason::Shutdown,
+        })
+    }
+
     pub(crate) fn lost(&self) -> Lost<'_> {
         Lost {
             hold: self,

@@ -113,7 +113,10 @@ impl ReentrantLock {
     /// Takes the lock, at once if this owner holds it already, else waiting in FIFO order.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] if the node shuts down first.
+    /// [`LockError::Shutdown`] if the node shuts down first. [`LockError::Lost`] if this owner
+    /// holds the lock but that hold was lost (minority, lease, duplicate): a lost hold is never
+    /// entered again and the hold count does not change; drop the remaining guards and lock
+    /// afresh.
     ///
     /// # Cancel safety
     /// As [`crate::DistributedMutex::lock`]; a clone waiting for this request takes over when
@@ -125,7 +128,8 @@ impl ReentrantLock {
     /// Takes the lock if this owner holds it already or it is free now.
     ///
     /// # Errors
-    /// [`LockError::WouldBlock`] if another owner holds it; [`LockError::Shutdown`].
+    /// [`LockError::WouldBlock`] if another owner holds it; [`LockError::Shutdown`];
+    /// [`LockError::Lost`] as for [`ReentrantLock::lock`].
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].
@@ -136,7 +140,8 @@ impl ReentrantLock {
     /// Waits at most `timeout`.
     ///
     /// # Errors
-    /// [`LockError::Timeout`]; [`LockError::Shutdown`].
+    /// [`LockError::Timeout`]; [`LockError::Shutdown`]; [`LockError::Lost`] as for
+    /// [`ReentrantLock::lock`].
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].
@@ -197,6 +202,13 @@ impl Future for ReentrantLockFuture {
                 Step::Start => {
                     let mut count = this.lock.state.lock();
                     if let Some(hold) = &count.hold {
+                        // A lost hold is never entered again: the nested call fails, and the
+                        // count (the guards still alive) stays as it is.
+                        if let Some(reason) = hold.lost_reason() {
+                            drop(count);
+                            this.step = Step::Done;
+                            return Poll::Ready(Err(LockError::Lost(reason)));
+                        }
                         let token = hold.token();
                         count.holds += 1;
                         drop(count);

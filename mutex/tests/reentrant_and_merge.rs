@@ -145,7 +145,9 @@ fn merge_resolves_duplicate_holders_and_tells_the_loser() {
 }
 
 /// Under `Majority`, a member cut off into a minority reports its lock lost (to the guard and
-/// the handler); the majority side grants the lock again, with a higher fencing token.
+/// the handler); the majority side grants the lock again, with a higher fencing token. A
+/// reentrant hold that was lost is never entered again: the nested call fails with
+/// `LockError::Lost` and the hold count stays.
 #[test]
 fn minority_loses_its_locks_under_majority() {
     smol::block_on(async {
@@ -174,6 +176,10 @@ fn minority_loses_its_locks_under_majority() {
         let held = within(WAIT, "lock", nodes[2].mutex("k").unwrap().lock())
             .await
             .unwrap();
+        let reentrant = nodes[2].reentrant_lock("r").unwrap();
+        let outer = within(WAIT, "reentrant lock", reentrant.lock())
+            .await
+            .unwrap();
         let addrs: Vec<_> = nodes.iter().map(|n| n.member_id().addr()).collect();
         network.partition(&[&addrs[..2], &addrs[2..]]);
         let reason = within(WAIT, "minority loses", held.lost()).await;
@@ -186,6 +192,23 @@ fn minority_loses_its_locks_under_majority() {
         );
         assert_eq!(held.status(), LockStatus::Lost);
         assert_eq!(within(WAIT, "handler", told.recv()).await.unwrap(), reason);
+        let outer_lost = within(WAIT, "reentrant hold lost", async {
+            while outer.status() != LockStatus::Lost {
+                smol::Timer::after(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        outer_lost.await;
+        assert_eq!(reentrant.hold_count(), 1);
+        for nested in [reentrant.try_lock(), reentrant.lock()] {
+            let nested = within(WAIT, "nested lock", nested).await;
+            assert!(
+                matches!(nested, Err(LockError::Lost(_))),
+                "a lost hold is not entered again: {nested:?}"
+            );
+        }
+        assert_eq!(reentrant.hold_count(), 1, "the count did not grow");
+        drop(outer);
+        assert_eq!(reentrant.hold_count(), 0);
         let again = within(
             WAIT,
             "majority re-grants",

@@ -54,7 +54,10 @@ pub enum LockError {
     /// The node shut down or left the cluster; the request was dropped.
     #[error("the node has shut down")]
     Shutdown,
-    /// The node is not (or no longer) a member of a view that may grant locks.
+    /// Under the `Majority` policy, this node is in a view without a majority of the cluster,
+    /// so nothing can be granted to it: `try_lock` answers it at once (not `WouldBlock`), and
+    /// a waiting `lock` / `lock_timeout` ends with it once the node has been outside a majority
+    /// for the lock lease. The request was withdrawn. "Held by someone else" is `WouldBlock`.
     #[error("the node is not a member of a granting view")]
     NotMember,
     /// The lock was lost while the request was in flight.

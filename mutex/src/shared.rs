@@ -470,6 +470,7 @@ impl Shared {
                         Refusal::WouldBlock => LockError::WouldBlock,
                         Refusal::Timeout => LockError::Timeout,
                         Refusal::Shutdown => LockError::Shutdown,
+                        Refusal::NoQuorum => LockError::NotMember,
                     }));
                     slot.event.notify(usize::MAX);
                 }

@@ -147,7 +147,8 @@ fn merge_resolves_duplicate_holders_and_tells_the_loser() {
 /// Under `Majority`, a member cut off into a minority reports its lock lost (to the guard and
 /// the handler); the majority side grants the lock again, with a higher fencing token. A
 /// reentrant hold that was lost is never entered again: the nested call fails with
-/// `LockError::Lost` and the hold count stays.
+/// `LockError::Lost` and the hold count stays. The minority's requests end with
+/// `LockError::NotMember`.
 #[test]
 fn minority_loses_its_locks_under_majority() {
     smol::block_on(async {
@@ -207,6 +208,17 @@ fn minority_loses_its_locks_under_majority() {
             );
         }
         assert_eq!(reentrant.hold_count(), 1, "the count did not grow");
+        // Cut off in a minority, the node is told it cannot be granted anything: a try-lock at
+        // once, a waiting lock once it has been outside a majority for the lease.
+        let free = nodes[2].mutex("free-elsewhere").unwrap();
+        assert!(matches!(
+            within(WAIT, "try in a minority", free.try_lock()).await,
+            Err(LockError::NotMember)
+        ));
+        assert!(matches!(
+            within(WAIT, "wait in a minority", free.lock()).await,
+            Err(LockError::NotMember)
+        ));
         drop(outer);
         assert_eq!(reentrant.hold_count(), 0);
         let again = within(

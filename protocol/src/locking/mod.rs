@@ -98,6 +98,11 @@ pub enum Refusal {
     Timeout,
     /// The member is leaving the cluster; the request was withdrawn.
     Shutdown,
+    /// `Majority`: this member is in a view without a majority of the cluster, so nothing can
+    /// be granted to it: a try-lock is refused at once, a waiting request once the member has
+    /// been outside a majority for `lease` (as jgroups-raft resigns the waits of a member cut
+    /// off in a minority). The request was withdrawn.
+    NoQuorum,
 }
 
 /// What a held lock's owner should believe about it right now.
@@ -228,6 +233,8 @@ pub struct LockService {
     term: Option<Term>,
     /// `Majority`: when holders renew their leases next.
     next_renew: Option<Instant>,
+    /// `Majority`: since when this member's view has been a minority.
+    minority_since: Option<Instant>,
 }
 
 impl LockService {
@@ -249,6 +256,7 @@ impl LockService {
             support: Support::default(),
             term: None,
             next_renew: None,
+            minority_since: None,
         }
     }
 
@@ -272,6 +280,9 @@ impl LockService {
     /// cancelled at once; the answer comes as a [`LockNotice`].
     pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
         self.enter(now);
+        let refuse_at_once = self.minority_since.is_some_and(|since| {
+            !request.wait || now.saturating_duration_since(since) >= self.config.lease
+        });
         let id = self.client.lock(
             now,
             request.owner,
@@ -281,9 +292,37 @@ impl LockService {
             request.timeout,
             &mut self.outbox,
         );
+        if refuse_at_once {
+            self.refuse_no_quorum(id);
+        }
         self.arm_renewal(now);
         self.pump(now);
         id
+    }
+
+    /// Withdraws a pending request: this member cannot be granted anything (minority).
+    fn refuse_no_quorum(&mut self, request: RequestId) {
+        if let Some(name) = self.client.pending_name(request) {
+            self.client.cancel(request, &mut self.outbox);
+            self.notices.push_back(LockNotice::Refused {
+                request,
+                name,
+                reason: Refusal::NoQuorum,
+            });
+        }
+    }
+
+    /// `Majority`: refuses every waiting request once the member has been in a minority view
+    /// for a lease.
+    fn refuse_waits_in_minority(&mut self, now: Instant) {
+        let expired = self
+            .minority_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= self.config.lease);
+        if expired {
+            for request in self.client.pending_requests().copied().collect::<Vec<_>>() {
+                self.refuse_no_quorum(request);
+            }
+        }
     }
 
     /// Withdraws a request (the caller's future was dropped). If the grant races the
@@ -398,6 +437,11 @@ impl LockService {
         self.client.on_view(now, view, &mut self.outbox);
         if previous_grantor.as_ref() != Some(view.coordinator()) {
             self.support.forget_echo();
+        }
+        if self.config.policy.allows(view.len()) {
+            self.minority_since = None;
+        } else if self.config.policy.is_majority() {
+            self.minority_since.get_or_insert(now);
         }
         if !self.config.policy.allows(view.len()) && self.client.has_held() {
             debug!(member = %self.local, view = %view, "minority view: locks lost");
@@ -541,6 +585,7 @@ impl LockService {
         self.enter(now);
         self.client
             .expire_requests(now, &mut self.outbox, &mut self.notices);
+        self.refuse_waits_in_minority(now);
         self.refresh_own_support(now);
         self.tick_grantor(now);
         if self.config.policy.is_majority() && self.next_renew.is_some_and(|t| now >= t) {
@@ -684,6 +729,9 @@ impl LockService {
                 .then(|| self.client.next_expiry(self.config.lease))
                 .flatten(),
             self.grace_end().filter(|t| *t > self.last_now),
+            self.minority_since
+                .filter(|_| self.client.pending_requests().next().is_some())
+                .map(|since| since + self.config.lease),
         ]
         .into_iter()
         .flatten()

@@ -62,6 +62,8 @@ pub struct WorkloadStats {
     pub released: u64,
     /// Locks lost (duplicate, minority, lease).
     pub lost: u64,
+    /// Requests refused because the member was in a minority (`Majority`).
+    pub no_quorum: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +210,7 @@ impl Actor {
                     crate::locking::Refusal::WouldBlock => stats.would_block += 1,
                     crate::locking::Refusal::Timeout => stats.timeouts += 1,
                     crate::locking::Refusal::Shutdown => {}
+                    crate::locking::Refusal::NoQuorum => stats.no_quorum += 1,
                 }
                 *self = Actor::idle(rng, now, w);
             }

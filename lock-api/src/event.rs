@@ -45,7 +45,11 @@ pub enum LockEvent {
         /// The lock.
         name: LockName,
     },
-    /// An owner on this member started waiting for a lock.
+    /// The grantor queued an owner's request behind another owner: it waits. Never sent for a
+    /// request granted at once (so it is no false alarm), at most once per request, and before
+    /// that request's `Locked`. Waiters are granted in queue order: a request told `position`
+    /// is granted after the `position − 1` requests queued ahead of it (of any member) unless
+    /// they give up, and before any request queued later.
     Waiting {
         /// The lock.
         name: LockName,
@@ -53,6 +57,8 @@ pub enum LockEvent {
         owner: OwnerId,
         /// The mode asked for.
         mode: LockMode,
+        /// Its place in the queue when it was queued, from 1.
+        position: u32,
     },
     /// An owner on this member was granted a lock.
     Locked {

@@ -372,6 +372,8 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             .prop_map(|(stamp, held)| LockMessage::Renew { stamp, held }),
         (arb_u64(), prop::collection::vec(arb_request_id(), 0..6))
             .prop_map(|(stamp, held)| LockMessage::Renewed { stamp, held }),
+        (arb_request_id(), any::<u32>())
+            .prop_map(|(request, position)| LockMessage::Queued { request, position }),
         (arb_request_id(), arb_lock_name())
             .prop_map(|(request, name)| LockMessage::Cancel { request, name }),
         (
@@ -461,6 +463,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Granted { .. }) => "Granted",
         Message::Lock(LockMessage::Renew { .. }) => "Renew",
         Message::Lock(LockMessage::Renewed { .. }) => "Renewed",
+        Message::Lock(LockMessage::Queued { .. }) => "Queued",
         Message::Lock(LockMessage::Denied { .. }) => "Denied",
         Message::Lock(LockMessage::UnlockAck { .. }) => "UnlockAck",
         Message::Lock(LockMessage::LockInfoRequest { .. }) => "LockInfoRequest",
@@ -489,7 +492,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 16, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 17, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

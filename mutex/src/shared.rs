@@ -329,14 +329,8 @@ impl Shared {
             request.mode,
             request.wait,
         );
+        let _ = wait;
         let id = self.endpoint.lock(now, request);
-        if wait {
-            self.emit(LockEvent::Waiting {
-                name: name.clone(),
-                owner: self.owner_id(owner),
-                mode,
-            });
-        }
         self.slots.insert(
             id,
             Slot {
@@ -462,6 +456,20 @@ impl Shared {
                     let _ = self.endpoint.unlock(now, request);
                 }
             },
+            LockNotice::Queued {
+                request, position, ..
+            } => {
+                // `Waiting` means queued by the grantor, never an immediate grant.
+                if let Some(slot) = self.slots.get(&request) {
+                    let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
+                    self.emit(LockEvent::Waiting {
+                        name,
+                        owner: self.owner_id(owner),
+                        mode,
+                        position,
+                    });
+                }
+            }
             LockNotice::Refused {
                 request, reason, ..
             } => {

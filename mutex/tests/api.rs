@@ -111,21 +111,41 @@ fn lock_events_and_views_are_streamed() {
         let grown = within(WAIT, "next view", views.next()).await.unwrap();
         assert!(grown.epoch() > initial.epoch() && grown.contains(second.member_id()));
 
+        // An immediate grant: no `Waiting` (it would be a false alarm).
         let mutex = first.mutex("e").unwrap();
         let guard = within(WAIT, "lock", mutex.lock()).await.unwrap();
-        within(WAIT, "unlock", guard.unlock()).await.unwrap();
         let mut kinds = Vec::new();
-        while kinds.len() < 4 {
+        while kinds.len() < 2 {
             let event = within(WAIT, "event", events.next()).await.unwrap();
-            kinds.push(match event {
-                LockEvent::Created { .. } => "created",
-                LockEvent::Waiting { .. } => "waiting",
-                LockEvent::Locked { .. } => "locked",
-                LockEvent::Unlocked { .. } => "unlocked",
-                _ => "other",
-            });
+            kinds.push(kind(&event));
         }
-        assert_eq!(kinds, ["created", "waiting", "locked", "unlocked"]);
+        assert_eq!(kinds, ["created", "locked"]);
+        // A second owner on this member is queued behind it: `Waiting`, position 1, then
+        // `Locked` once the first releases.
+        let second_owner = first.mutex("e").unwrap();
+        let mut queued = Box::pin(second_owner.lock());
+        let waiting = within(WAIT, "waiting event", async {
+            loop {
+                let _ = futures::poll!(queued.as_mut());
+                match events.next().await {
+                    Some(LockEvent::Waiting { position, .. }) => return position,
+                    Some(LockEvent::Created { .. }) => continue,
+                    Some(other) => panic!("{other:?} before the waiter was queued"),
+                    None => return 0,
+                }
+            }
+        })
+        .await;
+        assert_eq!(waiting, 1, "queued first, behind the holder");
+        within(WAIT, "unlock", guard.unlock()).await.unwrap();
+        let later = within(WAIT, "second granted", queued).await.unwrap();
+        within(WAIT, "unlock", later.unlock()).await.unwrap();
+        let mut kinds = Vec::new();
+        while kinds.len() < 3 {
+            let event = within(WAIT, "event", events.next()).await.unwrap();
+            kinds.push(kind(&event));
+        }
+        assert_eq!(kinds, ["unlocked", "locked", "unlocked"]);
         second.leave().await;
         first.leave().await;
         assert!(
@@ -135,6 +155,16 @@ fn lock_events_and_views_are_streamed() {
                 <= 2
         );
     });
+}
+
+fn kind(event: &LockEvent) -> &'static str {
+    match event {
+        LockEvent::Created { .. } => "created",
+        LockEvent::Waiting { .. } => "waiting",
+        LockEvent::Locked { .. } => "locked",
+        LockEvent::Unlocked { .. } => "unlocked",
+        _ => "other",
+    }
 }
 
 /// `unlock()` releases even when its future is dropped unpolled, or after one poll.

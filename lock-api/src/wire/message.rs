@@ -286,6 +286,15 @@ pub enum LockMessage {
         #[serde(default)]
         stamp: u64,
     },
+    /// Grantor → client: the request waits in the queue, behind `position − 1` other waiters
+    /// (and at least one holder). Sent once, when the grantor queues it; never for a request
+    /// granted at once.
+    Queued {
+        /// The request.
+        request: RequestId,
+        /// Its place in the queue when it was queued, from 1.
+        position: u32,
+    },
     /// Grantor → client: the request is refused (try-lock of a busy lock) or withdrawn (answer
     /// to [`LockMessage::Cancel`]).
     Denied {

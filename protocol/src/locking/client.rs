@@ -29,6 +29,8 @@ struct Pending {
     /// (it came from a former grantor, or after its lease). Copies of it, or of older grants
     /// of that grantor, are ignored: the grantor frees it when the give-back arrives.
     given_back: BTreeMap<MemberId, FencingToken>,
+    /// The owner was told the request is queued (at most once).
+    told_queued: bool,
 }
 
 /// A lock this member holds.
@@ -192,6 +194,7 @@ impl Client {
             deadline: timeout.map(|t| now + t),
             sent: false,
             given_back: BTreeMap::new(),
+            told_queued: false,
         };
         if let Some(grantor) = self.grantor.clone() {
             let message = self.lock_message(now, request, &pending);
@@ -509,6 +512,21 @@ impl Client {
                     mode: pending.mode,
                     token,
                 });
+            }
+            LockMessage::Queued { request, position } => {
+                if !from_grantor {
+                    return;
+                }
+                if let Some(pending) = self.pending.get_mut(&request) {
+                    if !pending.told_queued {
+                        pending.told_queued = true;
+                        notices.push_back(LockNotice::Queued {
+                            request,
+                            name: pending.name.clone(),
+                            position,
+                        });
+                    }
+                }
             }
             LockMessage::Renewed { stamp, held } => {
                 // Any grantor's confirmation is evidence: it had the hold in its table and a

@@ -483,7 +483,11 @@ impl Grantor {
                     };
                     if !(self.may_grant(ctx) && self.table.can_grant_now(&name, mode, ctx.now)) {
                         if wait {
-                            self.table.enqueue(&name, waiter);
+                            let position = self.table.enqueue(&name, waiter);
+                            out.push_back((
+                                from.clone(),
+                                LockMessage::Queued { request, position },
+                            ));
                         } else {
                             out.push_back((from.clone(), LockMessage::Denied { request, name }));
                         }

@@ -133,6 +133,15 @@ pub enum LockNotice {
         /// Its fencing token.
         token: FencingToken,
     },
+    /// The grantor queued the request behind another owner (never for an immediate grant).
+    Queued {
+        /// The request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// Its place in the queue when it was queued, from 1.
+        position: u32,
+    },
     /// The request ended without a grant.
     Refused {
         /// The request.
@@ -901,6 +910,7 @@ impl LockService {
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }
             | LockMessage::UnlockAck { .. }
+            | LockMessage::Queued { .. }
             | LockMessage::Renewed { .. }
             | LockMessage::DuplicateLock { .. }
             | LockMessage::LockInfoRequest { .. } => {

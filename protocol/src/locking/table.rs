@@ -152,12 +152,11 @@ impl LockTable {
             .push(holder);
     }
 
-    pub(crate) fn enqueue(&mut self, name: &LockName, waiter: Waiter) {
-        self.locks
-            .entry(name.clone())
-            .or_default()
-            .queue
-            .push_back(waiter);
+    /// Queues `waiter`; returns its place in the queue, from 1.
+    pub(crate) fn enqueue(&mut self, name: &LockName, waiter: Waiter) -> u32 {
+        let queue = &mut self.locks.entry(name.clone()).or_default().queue;
+        queue.push_back(waiter);
+        u32::try_from(queue.len()).unwrap_or(u32::MAX)
     }
 
     /// Removes the hold granted to `request` of `member`.

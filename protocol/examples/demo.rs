@@ -371,8 +371,9 @@ fn spawn_member(
                             LockNotice::Granted { request, .. }
                             | LockNotice::Refused { request, .. }
                             | LockNotice::Lost { request, .. } => *request,
-                            // Acknowledged unlocks are not part of the transcript.
-                            LockNotice::Released { .. } => continue,
+                            // Acknowledged unlocks and queue places are not part of the
+                            // transcript.
+                            LockNotice::Released { .. } | LockNotice::Queued { .. } => continue,
                         };
                         if let Some(tx) = waiting.get(&request) {
                             let _ = tx.send(notice);

@@ -60,6 +60,12 @@ pub enum LockError {
     /// for the lock lease. The request was withdrawn. "Held by someone else" is `WouldBlock`.
     #[error("the node is not a member of a granting view")]
     NotMember,
+    /// `try_lock`: the lock was free, but the cluster cannot grant anything right now: a new
+    /// grantor is rebuilding its table after a failover, or (under `Majority`) waiting out
+    /// the earlier grantor's leases, or lacks a majority's support. Retry shortly; this is not
+    /// `WouldBlock` ("held by someone else").
+    #[error("no grantor can grant the lock right now")]
+    Unavailable,
     /// The lock was lost while the request was in flight.
     #[error("the lock was lost: {0}")]
     Lost(LockLostReason),

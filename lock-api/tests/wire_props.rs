@@ -396,8 +396,13 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 stamp,
             }
         ),
-        (arb_request_id(), arb_lock_name())
-            .prop_map(|(request, name)| LockMessage::Denied { request, name }),
+        (arb_request_id(), arb_lock_name(), any::<bool>()).prop_map(
+            |(request, name, unavailable)| LockMessage::Denied {
+                request,
+                name,
+                unavailable
+            }
+        ),
         arb_request_id().prop_map(|request| LockMessage::UnlockAck { request }),
         arb_u64().prop_map(|epoch| LockMessage::LockInfoRequest { epoch }),
         (

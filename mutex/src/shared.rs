@@ -479,6 +479,7 @@ impl Shared {
                         Refusal::Timeout => LockError::Timeout,
                         Refusal::Shutdown => LockError::Shutdown,
                         Refusal::NoQuorum => LockError::NotMember,
+                        Refusal::Unavailable => LockError::Unavailable,
                     }));
                     slot.event.notify(usize::MAX);
                 }

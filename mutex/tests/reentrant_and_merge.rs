@@ -236,3 +236,67 @@ fn minority_loses_its_locks_under_majority() {
         }
     });
 }
+
+/// Under `Majority`, after the grantor is cut off, the new grantor cannot grant anything until
+/// the old grantor's support and its holders' leases have run out: a try-lock of a free lock
+/// meanwhile says so (`LockError::Unavailable`), never `WouldBlock` ("held by someone else"),
+/// and succeeds once the new grantor serves.
+#[test]
+fn a_try_lock_during_failover_says_unavailable_not_would_block() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let node = within(
+                WAIT,
+                "join",
+                conclave::Node::builder("grace")
+                    .name(format!("grace-{i}"))
+                    .transport(network.transport())
+                    .config(conclave::EndpointConfig::local())
+                    .partition_policy(conclave::PartitionPolicy::Majority { cluster_size: 3 })
+                    .join(),
+            )
+            .await
+            .unwrap();
+            nodes.push(node);
+        }
+        agree(&nodes.iter().collect::<Vec<_>>()).await;
+        // The cluster serves: a first lock is granted.
+        let first = within(WAIT, "first lock", nodes[1].mutex("g").unwrap().lock())
+            .await
+            .unwrap();
+        drop(first);
+        let view = nodes[0].view().unwrap();
+        let grantor = nodes
+            .iter()
+            .position(|n| n.member_id() == view.coordinator())
+            .unwrap();
+        let asker = (grantor + 1) % 3;
+        let addrs: Vec<_> = nodes.iter().map(|n| n.member_id().addr()).collect();
+        let rest: Vec<_> = (0..3).filter(|i| *i != grantor).map(|i| addrs[i]).collect();
+        network.partition(&[&[addrs[grantor]], &rest]);
+        let free = nodes[asker].mutex("free").unwrap();
+        let (mut unavailable, mut would_block) = (0, 0);
+        let outcome = within(WAIT, "the new grantor serves", async {
+            loop {
+                match free.try_lock().await {
+                    Ok(guard) => return guard,
+                    Err(LockError::Unavailable) => unavailable += 1,
+                    Err(LockError::WouldBlock) => would_block += 1,
+                    Err(LockError::NotMember) => {}
+                    Err(other) => panic!("{other:?}"),
+                }
+                smol::Timer::after(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(unavailable > 0, "the grace period was seen as Unavailable");
+        assert_eq!(would_block, 0, "a free lock is never WouldBlock");
+        drop(outcome);
+        network.heal();
+        for node in nodes {
+            within(WAIT, "leave", node.leave()).await;
+        }
+    });
+}

@@ -302,6 +302,10 @@ pub enum LockMessage {
         request: RequestId,
         /// The lock.
         name: LockName,
+        /// Not busy: the grantor cannot grant anything right now (a new grantor rebuilding its
+        /// table or waiting out earlier leases, or one without a majority's support).
+        #[serde(default)]
+        unavailable: bool,
     },
     /// Grantor → client: a release was applied.
     UnlockAck {

@@ -541,7 +541,11 @@ impl Client {
                     }
                 }
             }
-            LockMessage::Denied { request, name } => {
+            LockMessage::Denied {
+                request,
+                name,
+                unavailable,
+            } => {
                 if !from_grantor {
                     return;
                 }
@@ -552,7 +556,11 @@ impl Client {
                     notices.push_back(LockNotice::Refused {
                         request,
                         name,
-                        reason: Refusal::WouldBlock,
+                        reason: if unavailable {
+                            Refusal::Unavailable
+                        } else {
+                            Refusal::WouldBlock
+                        },
                     });
                 }
             }

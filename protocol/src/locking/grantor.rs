@@ -481,15 +481,27 @@ impl Grantor {
                         mode,
                         request,
                     };
-                    if !(self.may_grant(ctx) && self.table.can_grant_now(&name, mode, ctx.now)) {
+                    let free = self.table.can_grant_now(&name, mode, ctx.now);
+                    if !(self.may_grant(ctx) && free) {
                         if wait {
                             let position = self.table.enqueue(&name, waiter);
+                            // Queued behind another owner: tell the client. (A request that
+                            // waits only for the grantor to be able to grant is not.)
+                            if !free {
+                                out.push_back((
+                                    from.clone(),
+                                    LockMessage::Queued { request, position },
+                                ));
+                            }
+                        } else {
                             out.push_back((
                                 from.clone(),
-                                LockMessage::Queued { request, position },
+                                LockMessage::Denied {
+                                    request,
+                                    name,
+                                    unavailable: free,
+                                },
                             ));
-                        } else {
-                            out.push_back((from.clone(), LockMessage::Denied { request, name }));
                         }
                         return;
                     }
@@ -516,6 +528,7 @@ impl Grantor {
                     LockMessage::Denied {
                         request,
                         name: name.clone(),
+                        unavailable: false,
                     },
                 ));
                 if was_holder {

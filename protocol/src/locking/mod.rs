@@ -92,8 +92,12 @@ impl LockRequest {
 /// Why a request ended without a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// A try-lock found the lock busy (or the grantor unable to grant at that moment).
+    /// A try-lock found the lock busy.
     WouldBlock,
+    /// A try-lock found the grantor unable to grant anything at that moment (a new grantor
+    /// rebuilding its table or waiting out earlier leases, or one without a majority's
+    /// support); the lock itself was free.
+    Unavailable,
     /// The request's timeout passed; it was withdrawn.
     Timeout,
     /// The member is leaving the cluster; the request was withdrawn.

@@ -110,6 +110,7 @@ impl Report {
         w.released += o.released;
         w.lost += o.lost;
         w.no_quorum += o.no_quorum;
+        w.unavailable += o.unavailable;
         self.locks_lost += other.locks_lost;
         self.token_amnesia += other.token_amnesia;
         self.converged_after = self.converged_after.max(other.converged_after);
@@ -209,8 +210,8 @@ impl fmt::Display for Report {
             let w = &self.workload;
             writeln!(
                 f,
-                "lock requests       {} ({} granted, {} would block, {} timed out, {} cancelled, {} refused in a minority, {} released, {} lost)",
-                w.requests, w.granted, w.would_block, w.timeouts, w.cancelled, w.no_quorum, w.released, w.lost
+                "lock requests       {} ({} granted, {} would block, {} timed out, {} cancelled, {} refused in a minority, {} unavailable, {} released, {} lost)",
+                w.requests, w.granted, w.would_block, w.timeouts, w.cancelled, w.no_quorum, w.unavailable, w.released, w.lost
             )?;
             let g = &self.grantor;
             writeln!(

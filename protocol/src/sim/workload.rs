@@ -64,6 +64,8 @@ pub struct WorkloadStats {
     pub lost: u64,
     /// Requests refused because the member was in a minority (`Majority`).
     pub no_quorum: u64,
+    /// Try-locks refused because the grantor could not grant anything at that moment.
+    pub unavailable: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -211,6 +213,7 @@ impl Actor {
                     crate::locking::Refusal::Timeout => stats.timeouts += 1,
                     crate::locking::Refusal::Shutdown => {}
                     crate::locking::Refusal::NoQuorum => stats.no_quorum += 1,
+                    crate::locking::Refusal::Unavailable => stats.unavailable += 1,
                 }
                 *self = Actor::idle(rng, now, w);
             }

@@ -245,6 +245,44 @@ impl Node {
         }
     }
 
+    /// Waits until this member is in a view of at least `members` members, and returns that
+    /// view; `None` if the node stops first. It is how a service waits for its cluster to form
+    /// before it takes locks (under `Majority`, the first grant also waits for the grantor's
+    /// grace period: a `try_lock` meanwhile fails with `LockError::Unavailable`).
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let join = |name: &'static str| {
+    ///         Node::builder("ready")
+    ///             .name(name)
+    ///             .transport(network.transport())
+    ///             .config(EndpointConfig::local())
+    ///             .join()
+    ///     };
+    ///     let (a, b) = (join("a").await?, join("b").await?);
+    ///     let view = a.wait_for_members(2).await.expect("the node runs");
+    ///     assert!(view.contains(b.member_id()));
+    ///     b.leave().await;
+    ///     a.leave().await;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn wait_for_members(&self, members: usize) -> Option<View> {
+        let mut views = self.views();
+        loop {
+            let view = std::future::poll_fn(|cx| Pin::new(&mut views).poll_next(cx)).await?;
+            if view.len() >= members {
+                return Some(view);
+            }
+        }
+    }
+
     /// A stream of the lock events of this member (handles created, owners waiting, locks
     /// granted, released and lost). It ends when the node stops. Events are buffered without
     /// bound: keep reading, or drop the stream.

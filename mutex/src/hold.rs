@@ -287,11 +287,18 @@ impl Hold {
         })
     }
 
-    pub(crate) fn lost(&self) -> Lost<'_> {
+    pub(crate) fn lost(&self) -> Lost {
         Lost {
-            hold: self,
+            inner: self.inner.clone(),
+            request: self.request,
+            name: self.name.clone(),
             listener: None,
         }
+    }
+
+    /// What a guard needs to watch or release this hold later.
+    pub(crate) fn handle(&self) -> (Arc<Inner>, RequestId) {
+        (self.inner.clone(), self.request)
     }
 
     pub(crate) fn unlock(mut self) -> Unlock {
@@ -319,23 +326,38 @@ impl Drop for Hold {
     }
 }
 
-/// The future of [`crate::MutexGuard::lost`]: resolves when the held lock is lost, with the
-/// reason. It never resolves while the lock stays held.
+/// The future of [`crate::MutexGuard::lost`] (and of every guard's `lost()`): resolves when
+/// the held lock is lost without being released, with the reason. It never resolves while the
+/// lock stays held, nor after it was released normally. It owns what it watches: it can be
+/// moved to another task and outlives the guard (so one task can watch for loss while another
+/// releases).
 #[must_use = "futures do nothing unless polled"]
-pub struct Lost<'a> {
-    hold: &'a Hold,
+pub struct Lost {
+    inner: Arc<Inner>,
+    request: RequestId,
+    name: LockName,
     listener: Option<EventListener>,
 }
 
-impl fmt::Debug for Lost<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lost")
-            .field("lock", &self.hold.name)
-            .finish()
+impl Lost {
+    /// Watches the hold of `request` on the node `inner`.
+    pub(crate) fn of(inner: Arc<Inner>, request: RequestId, name: LockName) -> Self {
+        Self {
+            inner,
+            request,
+            name,
+            listener: None,
+        }
     }
 }
 
-impl Future for Lost<'_> {
+impl fmt::Debug for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lost").field("lock", &self.name).finish()
+    }
+}
+
+impl Future for Lost {
     type Output = LockLostReason;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LockLostReason> {
@@ -344,9 +366,9 @@ impl Future for Lost<'_> {
                 ready!(Pin::new(l).poll(cx));
                 self.listener = None;
             }
-            let inner = &self.hold.inner;
+            let inner = self.inner.clone();
             let shared = inner.lock();
-            let listener = match shared.slots.get(&self.hold.request) {
+            let listener = match shared.slots.get(&self.request) {
                 Some(slot) => match slot.lost {
                     Some(reason) => return Poll::Ready(reason),
                     None if shared.phase == Phase::Closed => {
@@ -354,7 +376,9 @@ impl Future for Lost<'_> {
                     }
                     None => slot.event.listen(),
                 },
-                None => return Poll::Ready(LockLostReason::Shutdown),
+                // The hold ended (released, or its loss already reported to whoever released
+                // it): it was not lost while held, so this never resolves.
+                None => return Poll::Pending,
             };
             drop(shared);
             self.listener = Some(listener);
@@ -478,6 +502,17 @@ impl Future for Unlock {
                 }
                 UnlockState::Done => return Poll::Ready(Ok(())),
             }
+        }
+    }
+}
+
+impl Unlock {
+    /// The unlock of a nested reentrant hold: nothing to release at the grantor, done at once.
+    pub(crate) fn nested(inner: Arc<Inner>, request: RequestId) -> Self {
+        Self {
+            inner,
+            request,
+            state: UnlockState::Done,
         }
     }
 }

@@ -174,7 +174,7 @@ impl MutexGuard {
     ///
     /// # Cancel safety
     /// Cancel-safe: it only watches.
-    pub fn lost(&self) -> Lost<'_> {
+    pub fn lost(&self) -> Lost {
         self.hold.lost()
     }
 

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockError, LockMode, LockName};
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, RequestId};
 use event_listener::{Event, EventListener};
 
-use crate::hold::{Hold, LockStatus, Params, Request};
+use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
 use crate::shared::Inner;
 
 /// A handle to a reentrant exclusive lock of the cluster, made by
@@ -202,6 +202,7 @@ impl Future for ReentrantLockFuture {
                 Step::Start => {
                     let mut count = this.lock.state.lock();
                     if let Some(hold) = &count.hold {
+                        let handle = hold.handle();
                         // A lost hold is never entered again: the nested call fails, and the
                         // count (the guards still alive) stays as it is.
                         if let Some(reason) = hold.lost_reason() {
@@ -213,7 +214,7 @@ impl Future for ReentrantLockFuture {
                         count.holds += 1;
                         drop(count);
                         this.step = Step::Done;
-                        return Poll::Ready(Ok(this.guard(token)));
+                        return Poll::Ready(Ok(this.guard(token, handle)));
                     }
                     if count.acquiring {
                         let listener = this.lock.state.changed.listen();
@@ -245,13 +246,14 @@ impl Future for ReentrantLockFuture {
                     count.acquiring = false;
                     let result = result.map(|hold| {
                         let token = hold.token();
+                        let handle = hold.handle();
                         count.hold = Some(hold);
                         count.holds = 1;
-                        token
+                        (token, handle)
                     });
                     drop(count);
                     this.lock.state.changed.notify(usize::MAX);
-                    return Poll::Ready(result.map(|token| this.guard(token)));
+                    return Poll::Ready(result.map(|(token, handle)| this.guard(token, handle)));
                 }
                 Step::Done => return Poll::Ready(Err(LockError::Cancelled)),
             }
@@ -260,11 +262,13 @@ impl Future for ReentrantLockFuture {
 }
 
 impl ReentrantLockFuture {
-    fn guard(&self, token: FencingToken) -> ReentrantGuard {
+    fn guard(&self, token: FencingToken, handle: (Arc<Inner>, RequestId)) -> ReentrantGuard {
         ReentrantGuard {
             state: self.lock.state.clone(),
             name: self.lock.name.clone(),
             token,
+            handle,
+            armed: true,
         }
     }
 }
@@ -288,6 +292,10 @@ pub struct ReentrantGuard {
     state: Arc<Reentry>,
     name: LockName,
     token: FencingToken,
+    /// The node and the request of the owner's grant.
+    handle: (Arc<Inner>, RequestId),
+    /// Cleared by `unlock`, which does the guard's drop itself.
+    armed: bool,
 }
 
 impl fmt::Debug for ReentrantGuard {
@@ -318,10 +326,42 @@ impl ReentrantGuard {
             .as_ref()
             .map_or(LockStatus::Lost, Hold::status)
     }
+
+    /// Resolves when the owner's hold is lost without being released, with the reason (as
+    /// [`crate::MutexGuard::lost`]; an owned future).
+    pub fn lost(&self) -> Lost {
+        match self.state.lock().hold.as_ref() {
+            Some(hold) => hold.lost(),
+            None => Lost::of(self.handle.0.clone(), self.handle.1, self.name.clone()),
+        }
+    }
+
+    /// Ends this hold. The last hold of the owner releases the lock at the grantor, and the
+    /// future waits for the grantor's acknowledgement (as [`crate::MutexGuard::unlock`]); a
+    /// nested hold only lowers the count and is done at once.
+    pub fn unlock(mut self) -> Unlock {
+        self.armed = false;
+        let last = {
+            let mut count = self.state.lock();
+            count.holds = count.holds.saturating_sub(1);
+            if count.holds == 0 {
+                count.hold.take()
+            } else {
+                None
+            }
+        };
+        match last {
+            Some(hold) => hold.unlock(),
+            None => Unlock::nested(self.handle.0.clone(), self.handle.1),
+        }
+    }
 }
 
 impl Drop for ReentrantGuard {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         let released = {
             let mut count = self.state.lock();
             count.holds = count.holds.saturating_sub(1);

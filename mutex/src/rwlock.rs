@@ -205,7 +205,7 @@ impl RwLockGuard {
     }
 
     /// Resolves when the lock is lost without being released, with the reason.
-    pub fn lost(&self) -> Lost<'_> {
+    pub fn lost(&self) -> Lost {
         self.hold.lost()
     }
 

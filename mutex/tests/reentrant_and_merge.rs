@@ -54,6 +54,44 @@ fn one_owner_reenters_and_releases_at_zero() {
     });
 }
 
+/// Every guard has the same surface: a reentrant guard's `unlock()` ends a nested hold at once
+/// and releases (acknowledged by the grantor) with the last one; `lost()` is an owned future
+/// that outlives the guard and does not resolve after a normal release.
+#[test]
+fn reentrant_guards_unlock_and_watch_like_every_guard() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "surface", 2).await;
+        let lock = nodes[0].reentrant_lock("s").unwrap();
+        let outer = within(WAIT, "lock", lock.lock()).await.unwrap();
+        let inner = within(WAIT, "nested", lock.lock()).await.unwrap();
+        let mut watch = Box::pin(outer.lost());
+        within(WAIT, "nested unlock", inner.unlock()).await.unwrap();
+        assert_eq!(lock.hold_count(), 1);
+        assert!(futures::poll!(watch.as_mut()).is_pending());
+        within(WAIT, "last unlock", outer.unlock()).await.unwrap();
+        assert_eq!(lock.hold_count(), 0);
+        // Released at the grantor: another node takes it at once.
+        let other = within(WAIT, "other node", nodes[1].mutex("s").unwrap().try_lock()).await;
+        assert!(other.is_ok(), "{other:?}");
+        assert!(
+            futures::poll!(watch.as_mut()).is_pending(),
+            "a released hold is not lost"
+        );
+        // A mutex guard's `lost()` is owned too: watched while the guard is released.
+        let guard = within(WAIT, "mutex", nodes[0].mutex("m").unwrap().lock())
+            .await
+            .unwrap();
+        let mut watch = Box::pin(guard.lost());
+        within(WAIT, "unlock", guard.unlock()).await.unwrap();
+        assert!(futures::poll!(watch.as_mut()).is_pending());
+        drop(other);
+        for node in nodes {
+            within(WAIT, "leave", node.leave()).await;
+        }
+    });
+}
+
 /// Clones of one handle asking at the same time make one request; dropping the clone whose
 /// request is in flight hands the acquisition to the other.
 #[test]
@@ -199,6 +237,10 @@ fn minority_loses_its_locks_under_majority() {
             }
         });
         outer_lost.await;
+        assert!(matches!(
+            within(WAIT, "reentrant lost()", outer.lost()).await,
+            LockLostReason::Minority | LockLostReason::LeaseExpired
+        ));
         assert_eq!(reentrant.hold_count(), 1);
         for nested in [reentrant.try_lock(), reentrant.lock()] {
             let nested = within(WAIT, "nested lock", nested).await;

@@ -172,9 +172,10 @@ impl NodeBuilder {
 ///
 /// Dropping the node shuts it down: its locks are released (their guards report them lost
 /// with [`crate::LockLostReason::Shutdown`]), pending requests fail with
-/// [`crate::LockError::Shutdown`], it leaves the view, and its thread is joined (this waits at
-/// most about twice the membership `leave_timeout`). [`Node::leave`] does the same without
-/// blocking the caller's thread.
+/// [`crate::LockError::Shutdown`], and it leaves the view in the background: dropping never
+/// blocks (the driver thread finishes the leave, bounded by about twice the membership
+/// `leave_timeout`, and ends). [`Node::leave`] does the same and waits for it, without
+/// blocking the caller's thread; prefer it when the process is about to exit.
 ///
 /// ```
 /// use conclave::memory::MemoryNetwork;
@@ -370,8 +371,8 @@ impl Node {
     /// and stops the driver thread.
     ///
     /// # Cancel safety
-    /// Dropping the future drops the node, which finishes the shutdown (blocking the thread
-    /// that drops it until the driver thread has stopped).
+    /// Dropping the future drops the node, whose driver thread finishes the shutdown in the
+    /// background.
     pub async fn leave(mut self) {
         self.inner.command(Command::Shutdown);
         loop {
@@ -402,10 +403,13 @@ impl Node {
 }
 
 impl Drop for Node {
+    /// Starts the shutdown and returns at once: the driver thread leaves the view in the
+    /// background (bounded by about twice the membership `leave_timeout`) and then ends. Drop
+    /// never blocks an executor thread; `leave().await` waits for the graceful leave.
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if let Some(thread) = self.thread.take() {
             self.inner.command(Command::Shutdown);
-            self.join_thread();
+            drop(thread); // detached: it ends by itself once it has left
         }
     }
 }

@@ -241,3 +241,32 @@ fn waiters_are_answered_whatever_their_spin() {
         grantor.leave().await;
     });
 }
+
+/// Dropping a node never blocks: it starts the leave and returns; the driver thread finishes
+/// the leave in the background. Here the leave cannot complete quickly (the node is cut off, so
+/// it waits for its leave timeout), yet `drop` returns before the node has stopped: its view
+/// stream is still open right after the drop, and ends later.
+#[test]
+fn dropping_a_node_does_not_block() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "drop", 2).await;
+        let addrs: Vec<_> = nodes.iter().map(|n| n.member_id().addr()).collect();
+        let mut nodes = nodes.into_iter();
+        let (kept, dropped) = (nodes.next().unwrap(), nodes.next().unwrap());
+        network.partition(&[&addrs[..1], &addrs[1..]]);
+        let mut views = dropped.views();
+        let _current = within(WAIT, "current view", views.next()).await;
+        drop(dropped);
+        assert!(
+            futures::poll!(views.next()).is_pending(),
+            "drop returned before the node finished leaving"
+        );
+        within(WAIT, "the node stops in the background", async {
+            while views.next().await.is_some() {}
+        })
+        .await;
+        network.heal();
+        kept.leave().await;
+    });
+}

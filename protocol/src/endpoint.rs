@@ -323,6 +323,9 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.gms.handle_timeout(now);
         self.reliable.handle_timeout(now);
+        // A view the membership layer just installed reaches the lock layer before its timers
+        // run: it acts on the view it is in (a minority's waits are refused only in one).
+        self.drain_gms_events(now);
         self.locks.handle_timeout(now);
         let gone: Vec<MemberId> = self
             .departed

@@ -34,6 +34,23 @@ impl Simulation {
         if let LockNotice::Lost { .. } = &notice {
             self.report.locks_lost += 1;
         }
+        if let LockNotice::Refused {
+            reason: crate::locking::Refusal::NoQuorum,
+            request,
+            ..
+        } = &notice
+        {
+            // A member is told it cannot be granted anything only while it is in a minority
+            // (the view as of this notice: events arrive in order).
+            let policy = self.config.endpoint.locks.policy;
+            let len = self.slots[index].last_view_len;
+            if len > 0 && policy.allows(len) {
+                return Err(self.violation(
+                    "a request is refused for lack of a majority only in a minority view",
+                    format!("node {index} refused {request} in a majority view"),
+                ));
+            }
+        }
         if let Some(workload) = self.config.workload.clone() {
             let slot = &mut self.slots[index];
             for actor in &mut slot.actors {

@@ -221,6 +221,8 @@ struct Slot {
     endpoint: Option<Endpoint>,
     state: SlotState,
     last_epoch: u64,
+    /// Size of the last view this incarnation reported installing (events in order).
+    last_view_len: usize,
     actors: Vec<Actor>,
     next_owner: u64,
     /// Requests of this incarnation that were granted (a second grant is a violation).
@@ -274,6 +276,7 @@ impl Simulation {
                     restart_at: Instant::from_nanos(rng.below(500_000_000)),
                 },
                 last_epoch: 0,
+                last_view_len: 0,
                 actors: Vec::new(),
                 next_owner: 1,
                 granted: BTreeSet::new(),
@@ -567,6 +570,7 @@ impl Simulation {
         slot.endpoint = Some(endpoint);
         slot.state = SlotState::Up;
         slot.last_epoch = 0;
+        slot.last_view_len = 0;
         slot.granted.clear();
         slot.actors.clear();
         if let Some(workload) = &self.config.workload {
@@ -732,6 +736,7 @@ impl Simulation {
         let slot = &mut self.slots[index];
         let previous = slot.last_epoch;
         slot.last_epoch = view.epoch();
+        slot.last_view_len = view.len();
         if view.epoch() <= previous {
             return Err(self.violation(
                 "view epochs strictly increase at each member",

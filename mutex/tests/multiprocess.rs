@@ -194,13 +194,17 @@ fn coordinator_killed(mut cluster: Cluster) {
     );
     cluster.members[holder].send("unlock held");
     cluster.members[holder].expect("released", |l| l == "RELEASED held");
-    // Under `Majority` a grantor may refuse for up to about a lease after a failover even a
-    // lock whose release it acknowledged (a try-lock then reports `WouldBlock`): retry.
+    // Under `Majority` a new grantor grants nothing until the old leases have run out (a
+    // try-lock of the free lock then reports `Unavailable`; a lock still fenced for a departed
+    // holder, `WouldBlock`): retry.
     let mut busy = 0;
     loop {
         cluster.members[next].send("try held");
         let line = cluster.members[next].expect("free after release", |l| {
-            l == "BUSY held" || l.starts_with("GRANTED held ")
+            l == "BUSY held"
+                || l.starts_with("GRANTED held ")
+                || l.starts_with("ERROR try held no grantor can grant")
+                || l.starts_with("ERROR lock held no grantor can grant")
         });
         if line.starts_with("GRANTED") {
             break;

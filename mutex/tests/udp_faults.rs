@@ -191,7 +191,9 @@ fn a_new_grantor_rebuilds_thousands_of_holds_from_fragmented_reports() {
                     within(LONG, "unlock probe", guard.unlock()).await.unwrap();
                     break;
                 }
-                Err(LockError::WouldBlock) if Instant::now() < deadline => {
+                Err(LockError::WouldBlock | LockError::Unavailable)
+                    if Instant::now() < deadline =>
+                {
                     Timer::after(Duration::from_millis(50)).await;
                 }
                 Err(e) => panic!("the new grantor does not serve: {e}"),

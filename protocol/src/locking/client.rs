@@ -443,6 +443,16 @@ impl Client {
                         return;
                     }
                 }
+                let same_grant = self
+                    .held
+                    .get(&request)
+                    .is_some_and(|h| token == h.token || token == h.table_token);
+                if same_grant && !from_grantor {
+                    // A copy of a grant we hold, from the grantor that made it, arriving after
+                    // we moved to another grantor: the hold is ours (the new grantor learns it
+                    // from our report); giving it back would free it under us.
+                    return;
+                }
                 if !from_grantor {
                     // A grant of a member that is not our grantor (any more): give it back,
                     // or it stays in that member's table for ever. The request, if still

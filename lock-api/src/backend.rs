@@ -1,64 +1,252 @@
-//! What the front end drives: a lock service, whatever runs it.
+//! The seam between the front end and whatever grants locks: [`LockBackend`].
+//!
+//! The front end (`conclave`'s `DistributedMutex`, `ReentrantLock`, `RwLock`, their guards,
+//! lock events and handlers) is written once, on this trait. A backend decides who holds
+//! what: the group backend runs the cluster protocol (membership, the central grantor,
+//! reconciliation, duplicate resolution) over a `Transport`; the local backend keeps the lock
+//! table of one process. A backend replicating the table by consensus fits the same trait.
+//!
+//! The trait is shaped like a `RawMutex`: synchronous, poll-based, object-safe. The front end
+//! owns the futures and the guards; a backend only records requests and wakes the
+//! [`Waker`](std::task::Waker)s it was given when their answer changes. Every method is
+//! callable from any thread, from a user's task and from `Drop`, and none of them blocks.
+//!
+//! # The life of a request
+//! 1. [`LockBackend::submit`] registers a request and returns its [`RequestId`].
+//! 2. [`LockBackend::poll_grant`] is polled until it is ready: `Ok(token)` means the
+//!    request's owner holds the lock (the request is now a *hold*); `Err` means it does not,
+//!    and the backend has forgotten the request.
+//! 3. A hold ends in one of two ways: [`LockBackend::release`] (an explicit unlock), then
+//!    [`LockBackend::poll_released`] until the release is acknowledged; or
+//!    [`LockBackend::cancel`] (a dropped guard).
+//! 4. [`LockBackend::cancel`] may be called at any step, any number of times: it undoes what
+//!    the request holds or waits for, without waiting, and forgets it. A request whose future
+//!    is dropped is cancelled; so is a hold whose guard is dropped, and a release whose
+//!    acknowledgement nobody waits for any more.
+//!
+//! While a hold lasts, [`LockBackend::status`] says what its owner should believe, and
+//! [`LockBackend::poll_lost`] resolves if the hold is lost without being released. Requests
+//! of an owner of this member are identified by a local owner number from
+//! [`LockBackend::new_owner`]; the backend makes the cluster-wide [`OwnerId`] from it.
 
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::error::LockError;
-use crate::event::LockEvent;
-use crate::ids::{OwnerId, RequestId};
+use crate::error::{LockError, UnlockError};
+use crate::event::{LockEvent, LockLostReason};
+use crate::ids::{MemberId, OwnerId, RequestId};
 use crate::lock::{FencingToken, LockMode, LockName};
+use crate::view::View;
 
-/// A granted lock, as a backend reports it to the front end.
+/// A lock request as the front end hands it to a backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grant {
-    /// The request that was granted.
-    pub request: RequestId,
-    /// The fencing token of the grant.
-    pub token: FencingToken,
+pub struct Acquire {
+    /// The lock.
+    pub name: LockName,
+    /// The local owner number (from [`LockBackend::new_owner`]) the hold will belong to.
+    pub owner: u64,
+    /// Exclusive or shared.
+    pub mode: LockMode,
+    /// `false` for a try-lock: granted at once or refused, never queued.
+    pub wait: bool,
+    /// How long to wait at most (`None`: until granted). Kept by the backend, which
+    /// withdraws the request when it runs out and answers [`LockError::Timeout`].
+    pub timeout: Option<Duration>,
 }
 
-/// The operations the front end (`conclave`) needs from a lock service.
+/// What the owner of a held lock should believe about it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockStatus {
+    /// Held, and the grantor was heard from recently (under `Majority`: it confirmed the
+    /// hold's lease within `suspend_after`).
+    Held,
+    /// The grantor has been silent for a while (under `Majority`: the lease was last
+    /// confirmed more than `suspend_after` ago and has not run out): ownership is unknown until
+    /// it is heard again (or the lock is lost). Pause writes to the protected resource, or rely
+    /// on the fencing token.
+    Suspended,
+    /// Not held any more: lost (the guard's `lost()` tells why) or released.
+    Lost,
+}
+
+/// A lock held on this member was lost without its owner releasing it; what unexpected-status
+/// handlers ([`LockBackend::on_lock_lost`]) are told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockLost {
+    /// The lock.
+    pub name: LockName,
+    /// The owner that held it.
+    pub owner: OwnerId,
+    /// The fencing token of the lost grant.
+    pub token: FencingToken,
+    /// Why it was lost.
+    pub reason: LockLostReason,
+}
+
+impl LockLost {
+    /// A report of `owner`'s hold of `name` with `token`, lost for `reason`.
+    pub fn new(
+        name: LockName,
+        owner: OwnerId,
+        token: FencingToken,
+        reason: LockLostReason,
+    ) -> Self {
+        Self {
+            name,
+            owner,
+            token,
+            reason,
+        }
+    }
+}
+
+/// A handler called when a lock held on this member is lost.
+pub type LostHandler = Arc<dyn Fn(&LockLost) + Send + Sync + 'static>;
+
+/// A lock held on a member, as [`LockBackend::holds`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldLock {
+    /// The lock.
+    pub name: LockName,
+    /// Its owner.
+    pub owner: OwnerId,
+    /// The mode held.
+    pub mode: LockMode,
+    /// The fencing token of the grant.
+    pub token: FencingToken,
+    /// Held or suspended (lost locks are not listed once their owner was told).
+    pub status: LockStatus,
+}
+
+impl HeldLock {
+    /// A hold of `name` by `owner` in `mode` with `token`, in `status`.
+    pub fn new(
+        name: LockName,
+        owner: OwnerId,
+        mode: LockMode,
+        token: FencingToken,
+        status: LockStatus,
+    ) -> Self {
+        Self {
+            name,
+            owner,
+            mode,
+            token,
+            status,
+        }
+    }
+}
+
+/// What grants locks to the front end: the seam every backend implements.
 ///
-/// An abstraction point for front ends that want to stand a fake or another coordination
-/// system in for the cluster. Today's front end (`conclave`) drives `conclave-protocol`'s
-/// `Endpoint` directly and does not go through this trait.
-#[async_trait]
-pub trait LockBackend: Send + Sync {
-    /// Waits until `owner` holds `name` in `mode`, or `timeout` runs out. The timeout is a
-    /// duration, not a deadline: deadlines live inside the protocol core, on its own clock.
+/// See the [module documentation](self) for the life of a request. The contract, which the
+/// conformance suite (`tests/` in the repository) checks for every backend:
+///
+/// - **Exclusion.** An exclusive hold excludes every other hold of the lock; shared holds
+///   exclude exclusive ones. A backend that cannot be sure (a partitioned cluster member)
+///   reports the hold [`LockStatus::Suspended`] or lost, never held.
+/// - **Fairness.** Waiting requests are granted in the order the backend queued them; a
+///   queued exclusive request holds back later shared ones.
+/// - **Fencing tokens** strictly increase with every grant of a lock.
+/// - **Events.** Every listener of [`LockBackend::events`] sees, per request, at most one
+///   `Waiting` (only when queued behind another owner), then `Locked`, then `Unlocked` or
+///   `Lost`; and `Created` when the front end reports a handle.
+/// - **Lost holds are told.** A hold that ends without its owner releasing it (the backend
+///   shut down, a partition, a duplicate after a merge) makes [`LockBackend::poll_lost`]
+///   ready with the reason, emits `LockEvent::Lost` and calls every handler, once.
+/// - **Shutdown.** After [`LockBackend::shutdown`] new requests fail with
+///   [`LockError::Shutdown`], waiting ones end with it, holds are lost with
+///   [`LockLostReason::Shutdown`], and [`LockBackend::poll_closed`] becomes ready.
+/// - **Wake-ups.** A `poll_*` method that returns `Pending` wakes the waker it was given
+///   (the latest one, per request and method) once it may be ready.
+pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+    /// This member's id; the [`OwnerId`]s of its owners are made from it.
+    fn member(&self) -> &MemberId;
+
+    /// A fresh local owner number, never returned before by this backend.
+    fn new_owner(&self) -> u64;
+
+    /// The front end made a handle for `name`: emits [`LockEvent::Created`].
+    fn created(&self, name: &LockName);
+
+    /// Registers a request.
     ///
     /// # Errors
-    /// [`LockError::Timeout`] when the timeout runs out (the request is withdrawn),
-    /// [`LockError::Shutdown`] if the backend stops.
-    async fn acquire(
+    /// [`LockError::Shutdown`] after [`LockBackend::shutdown`]; nothing is registered then.
+    fn submit(&self, request: Acquire) -> Result<RequestId, LockError>;
+
+    /// The answer to `request`: `Ok(token)` once granted (again on every later poll while
+    /// held), an error once refused (the request is forgotten then), `Pending` meanwhile. An
+    /// unknown request answers [`LockError::Shutdown`].
+    fn poll_grant(
         &self,
         request: RequestId,
-        name: &LockName,
-        owner: &OwnerId,
-        mode: LockMode,
-        timeout: Option<Duration>,
-    ) -> Result<Grant, LockError>;
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<FencingToken, LockError>>;
 
-    /// Grants at once or refuses with [`LockError::WouldBlock`]; never queues.
-    ///
-    /// # Errors
-    /// [`LockError::WouldBlock`] if the lock is held elsewhere, [`LockError::Shutdown`].
-    async fn try_acquire(
-        &self,
-        request: RequestId,
-        name: &LockName,
-        owner: &OwnerId,
-        mode: LockMode,
-    ) -> Result<Grant, LockError>;
-
-    /// Withdraws a pending request; callable from `Drop` (never blocks).
+    /// Undoes and forgets `request` without waiting: withdraws it if it waits, releases its
+    /// hold if granted (also when the grant raced the cancel), stops tracking a release. A
+    /// no-op for an unknown request.
     fn cancel(&self, request: RequestId);
 
-    /// Releases a held lock without blocking; the backend retries until acknowledged.
-    fn release(&self, name: &LockName, owner: &OwnerId, token: FencingToken);
+    /// Starts releasing the hold of `request`; [`LockBackend::poll_released`] then tells when
+    /// the release is acknowledged.
+    ///
+    /// # Errors
+    /// [`UnlockError::Lost`] if the hold was lost before (the request is forgotten);
+    /// [`UnlockError::Shutdown`] if the backend shut down.
+    fn release(&self, request: RequestId) -> Result<(), UnlockError>;
 
-    /// A stream of the lock events of this member.
+    /// Whether the release of `request` was acknowledged; the request is forgotten once this
+    /// is ready.
+    fn poll_released(
+        &self,
+        request: RequestId,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), UnlockError>>;
+
+    /// What the owner of the hold of `request` should believe now ([`LockStatus::Lost`] for
+    /// an unknown or ended request).
+    fn status(&self, request: RequestId) -> LockStatus;
+
+    /// Why the hold of `request` was lost, once it was (`None` while held or suspended, and
+    /// after a normal release).
+    fn lost_reason(&self, request: RequestId) -> Option<LockLostReason>;
+
+    /// Ready with the reason when the hold of `request` is lost without being released; never
+    /// ready for a hold that is released (or a request that is unknown).
+    fn poll_lost(&self, request: RequestId, cx: &mut Context<'_>) -> Poll<LockLostReason>;
+
+    /// The view this member is in (`None` before the first and after shutdown).
+    fn view(&self) -> Option<View>;
+
+    /// A stream of the views this member installs, starting with the current one; it ends at
+    /// shutdown.
+    fn views(&self) -> BoxStream<'static, View>;
+
+    /// A stream of this member's lock events; it ends at shutdown.
     fn events(&self) -> BoxStream<'static, LockEvent>;
+
+    /// Registers an unexpected-status handler (see [`LockLost`]).
+    fn on_lock_lost(&self, handler: LostHandler);
+
+    /// The locks held on this member now.
+    fn holds(&self) -> Vec<HeldLock>;
+
+    /// How many requests of this member wait for an answer.
+    fn pending_requests(&self) -> usize;
+
+    /// Starts shutting down without blocking: releases every hold (lost with
+    /// [`LockLostReason::Shutdown`]), fails every waiting request, leaves the cluster.
+    fn shutdown(&self);
+
+    /// Ready once the backend has shut down completely (after [`LockBackend::shutdown`]).
+    fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()>;
 }

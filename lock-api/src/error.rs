@@ -70,3 +70,16 @@ pub enum LockError {
     #[error("the lock was lost: {0}")]
     Lost(LockLostReason),
 }
+
+/// An explicit unlock (a guard's `unlock`) could not confirm the release. The lock
+/// is not held by the caller any more in either case.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum UnlockError {
+    /// The lock had already been lost before the unlock.
+    #[error("the lock had been lost before the unlock: {0}")]
+    Lost(LockLostReason),
+    /// The node shut down before the grantor acknowledged the release.
+    #[error("the node shut down before the release was acknowledged")]
+    Shutdown,
+}

@@ -28,8 +28,8 @@ mod transport;
 mod view;
 pub mod wire;
 
-pub use backend::{Grant, LockBackend};
-pub use error::{LockError, LockNameError, MemberNameError};
+pub use backend::{Acquire, HeldLock, LockBackend, LockLost, LockStatus, LostHandler};
+pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason};
 pub use ids::{MemberId, OwnerId, RequestId};
 pub use lock::{FencingToken, LockMode, LockName};

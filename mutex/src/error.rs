@@ -1,11 +1,12 @@
 //! Errors of the front end, one enum per family of operations.
 //!
 //! Lock requests fail with [`conclave_lock_api::LockError`] (re-exported as
-//! [`crate::LockError`]); invalid lock names with [`conclave_lock_api::LockNameError`].
+//! [`crate::LockError`]), explicit unlocks with [`conclave_lock_api::UnlockError`]; invalid
+//! lock names with [`conclave_lock_api::LockNameError`].
 
 use std::time::Duration;
 
-use conclave_lock_api::{LockLostReason, MemberNameError};
+use conclave_lock_api::MemberNameError;
 use conclave_protocol::gms::GmsConfigError;
 use conclave_protocol::locking::LockConfigError;
 use conclave_protocol::reliable::ConfigError;
@@ -39,18 +40,5 @@ pub enum NodeError {
     Spawn(#[source] std::io::Error),
     /// The node shut down while joining.
     #[error("the node shut down while joining")]
-    Shutdown,
-}
-
-/// An explicit unlock ([`crate::MutexGuard::unlock`]) could not confirm the release. The lock
-/// is not held by the caller any more in either case.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum UnlockError {
-    /// The lock had already been lost before the unlock.
-    #[error("the lock had been lost before the unlock: {0}")]
-    Lost(LockLostReason),
-    /// The node shut down before the grantor acknowledged the release.
-    #[error("the node shut down before the release was acknowledged")]
     Shutdown,
 }

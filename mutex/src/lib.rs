@@ -79,7 +79,9 @@ mod driver;
 mod duty;
 mod error;
 pub mod faults;
+mod group;
 mod hold;
+pub mod local;
 pub mod memory;
 mod mutex;
 mod node;
@@ -89,8 +91,8 @@ mod shared;
 
 pub use conclave_lock_api as api;
 pub use conclave_lock_api::{
-    FencingToken, LockError, LockEvent, LockLostReason, LockMode, LockName, LockNameError,
-    MemberId, OwnerId, View,
+    FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason, LockMode,
+    LockName, LockNameError, LockStatus, MemberId, OwnerId, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
 pub use conclave_protocol::locking::PartitionPolicy;
@@ -104,12 +106,9 @@ pub use conclave_udp as udp;
 /// keep one connection per pair; for networks without multicast. See [`tcp::TcpMesh`].
 #[cfg(feature = "tcp-mesh")]
 pub use conclave_tcp as tcp;
-pub use error::{NodeError, UnlockError};
-pub use hold::{LockStatus, Lost, Unlock};
+pub use error::NodeError;
+pub use hold::{Lost, Unlock};
 pub use mutex::{DistributedMutex, Lock, MutexGuard};
-pub use node::{
-    HeldLock, LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT,
-};
+pub use node::{LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT};
 pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantLockFuture};
 pub use rwlock::{Read, RwLock, RwLockGuard, Write};
-pub use shared::LockLost;

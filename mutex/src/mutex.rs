@@ -3,14 +3,12 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, OwnerId};
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, LockStatus, OwnerId};
 
-use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
-use crate::shared::Inner;
+use crate::hold::{Backend, Hold, Lost, Params, Request, Unlock};
 
 /// A handle to an exclusive lock of the cluster, made by [`crate::Node::mutex`].
 ///
@@ -43,7 +41,7 @@ use crate::shared::Inner;
 /// ```
 #[derive(Clone)]
 pub struct DistributedMutex {
-    inner: Arc<Inner>,
+    backend: Backend,
     name: LockName,
 }
 
@@ -51,14 +49,14 @@ impl fmt::Debug for DistributedMutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DistributedMutex")
             .field("name", &self.name)
-            .field("node", &self.inner)
+            .field("member", self.backend.member())
             .finish()
     }
 }
 
 impl DistributedMutex {
-    pub(crate) fn new(inner: Arc<Inner>, name: LockName) -> Self {
-        Self { inner, name }
+    pub(crate) fn new(backend: Backend, name: LockName) -> Self {
+        Self { backend, name }
     }
 
     /// The lock's name.
@@ -106,7 +104,7 @@ impl DistributedMutex {
     fn request(&self, wait: bool, timeout: Option<Duration>) -> Lock {
         Lock {
             request: Request::new(
-                self.inner.clone(),
+                self.backend.clone(),
                 Params {
                     name: self.name.clone(),
                     mode: LockMode::Exclusive,

@@ -7,27 +7,28 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use async_channel::Receiver;
 use async_io::Timer;
 use conclave_lock_api::{
-    FencingToken, LockEvent, LockMode, LockName, LockNameError, MemberId, OwnerId, Transport, View,
+    HeldLock, LockBackend, LockEvent, LockLost, LockName, LockNameError, MemberId,
+    MemberNameError, Transport, View,
 };
-use conclave_protocol::locking::{HoldStatus, PartitionPolicy};
+use conclave_protocol::locking::PartitionPolicy;
 use conclave_protocol::{Endpoint, EndpointConfig};
 use futures::future::{select, Either};
+use futures::stream::BoxStream;
 use futures::Stream;
 use tracing::debug;
 
 use crate::driver;
 use crate::error::NodeError;
-use crate::hold::LockStatus;
+use crate::hold::Backend;
+use crate::local::LocalBackend;
 use crate::mutex::DistributedMutex;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
-use crate::shared::{Command, Inner, LockLost, Phase};
+use crate::shared::{Inner, Phase};
 
 /// How long [`NodeBuilder::join`] waits for the first view unless told otherwise.
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -139,25 +140,29 @@ impl NodeBuilder {
         let inner = Arc::new(Inner::new(endpoint, transport, commands, self.spin_wait));
         let thread =
             driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;
+        *inner
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(thread);
+        // Dropped on every early return below: the node shuts down again.
         let node = Node {
-            inner,
-            thread: Some(thread),
+            backend: inner.clone(),
         };
         let mut timer = Timer::after(self.join_timeout);
         loop {
             let listener = {
-                let shared = node.inner.lock();
+                let shared = inner.lock();
                 if shared.phase != Phase::Running {
                     return Err(NodeError::Shutdown);
                 }
                 if shared.view.is_none() {
-                    Some(node.inner.changed.listen())
+                    Some(inner.changed.listen())
                 } else {
                     None
                 }
             };
             let Some(listener) = listener else {
-                debug!(member = %node.inner.member, "joined");
+                debug!(member = %inner.member, "joined");
                 return Ok(node);
             };
             if let Either::Right(_) = select(listener, &mut timer).await {
@@ -167,8 +172,14 @@ impl NodeBuilder {
     }
 }
 
-/// One member of a cluster: a driver thread running the protocol over a transport, and the
-/// factory of lock handles.
+/// One member of a cluster, and the factory of lock handles: the front end over a
+/// [`LockBackend`].
+///
+/// A node made by [`Node::builder`] runs the **group backend**: a driver thread running the
+/// cluster protocol over a transport. [`Node::local`] runs the **local backend** (one process,
+/// no network, the same semantics), for tests of code that takes Conclave locks;
+/// [`Node::with_backend`] runs any other implementation of the trait. Every handle and guard
+/// behaves the same on each.
 ///
 /// Dropping the node shuts it down: its locks are released (their guards report them lost
 /// with [`crate::LockLostReason::Shutdown`]), pending requests fail with
@@ -196,14 +207,13 @@ impl NodeBuilder {
 /// # Ok::<(), conclave::NodeError>(())
 /// ```
 pub struct Node {
-    inner: Arc<Inner>,
-    thread: Option<JoinHandle<()>>,
+    backend: Backend,
 }
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Node")
-            .field("member", &self.inner.member)
+            .field("member", self.backend.member())
             .field("view", &self.view())
             .finish()
     }
@@ -223,26 +233,61 @@ impl Node {
         }
     }
 
+    /// A node of its own, on the local backend ([`crate::local`]): one process, no network,
+    /// no thread, the same lock semantics as a cluster (FIFO, fencing tokens, reentrancy,
+    /// read/write, events, cancel safety, holds lost at shutdown). What a unit test of code
+    /// that takes Conclave locks runs on. Its view has this one member, whose address is
+    /// `127.0.0.1:0`.
+    ///
+    /// ```
+    /// use conclave::{LockError, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// smol::block_on(async {
+    ///     let node = Node::local("unit-test")?;
+    ///     let mutex = node.mutex("invoice-42")?;
+    ///     let guard = mutex.lock().await?;
+    ///     assert!(matches!(mutex.try_lock().await, Err(LockError::WouldBlock)));
+    ///     guard.unlock().await?;
+    ///     node.leave().await;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`MemberNameError`] if `name` is longer than 64 bytes or contains a control character.
+    pub fn local(name: &str) -> Result<Node, MemberNameError> {
+        let member = MemberId::new(incarnation(), name, ([127, 0, 0, 1], 0).into())?;
+        Ok(Self::with_backend(Arc::new(LocalBackend::new(member))))
+    }
+
+    /// A node on `backend`: any implementation of the backend seam (see [`LockBackend`] for
+    /// its contract, and the conformance suite in the repository's `tests/` for its proof).
+    pub fn with_backend(backend: Arc<dyn LockBackend>) -> Node {
+        Node { backend }
+    }
+
+    /// The backend this node runs on.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+
     /// This member's id (unique per process incarnation).
     pub fn member_id(&self) -> &MemberId {
-        &self.inner.member
+        self.backend.member()
     }
 
     /// The view this member is in now (`None` only after it left).
     pub fn view(&self) -> Option<View> {
-        let shared = self.inner.lock();
-        if shared.phase == Phase::Running {
-            shared.view.clone()
-        } else {
-            None
-        }
+        self.backend.view()
     }
 
     /// A stream of the views this member installs, starting with the current one. It ends
     /// when the node stops.
     pub fn views(&self) -> Views {
         Views {
-            receiver: Box::pin(self.inner.lock().subscribe_views()),
+            stream: self.backend.views(),
         }
     }
 
@@ -289,7 +334,7 @@ impl Node {
     /// bound: keep reading, or drop the stream.
     pub fn lock_events(&self) -> LockEvents {
         LockEvents {
-            receiver: Box::pin(self.inner.lock().subscribe_events()),
+            stream: self.backend.events(),
         }
     }
 
@@ -298,7 +343,7 @@ impl Node {
     /// merge, minority, lease expiry, expelled, node shut down). Keep it short and do not call
     /// back into the node from it.
     pub fn on_lock_lost(&self, handler: impl Fn(&LockLost) + Send + Sync + 'static) {
-        self.inner.lock().handlers.push(Arc::new(handler));
+        self.backend.on_lock_lost(Arc::new(handler));
     }
 
     /// A distributed mutex for `name`. Each [`DistributedMutex::lock`] call is its own owner.
@@ -307,7 +352,7 @@ impl Node {
     /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
     pub fn mutex(&self, name: impl Into<String>) -> Result<DistributedMutex, LockNameError> {
         Ok(DistributedMutex::new(
-            self.inner.clone(),
+            self.backend.clone(),
             self.created(name)?,
         ))
     }
@@ -317,34 +362,17 @@ impl Node {
     /// # Errors
     /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
     pub fn rw_lock(&self, name: impl Into<String>) -> Result<RwLock, LockNameError> {
-        Ok(RwLock::new(self.inner.clone(), self.created(name)?))
+        Ok(RwLock::new(self.backend.clone(), self.created(name)?))
     }
 
-    /// The locks held on this node now, by any owner, as the protocol core records them.
+    /// The locks held on this node now, by any owner, as the backend records them.
     pub fn held_locks(&self) -> Vec<HeldLock> {
-        let shared = self.inner.lock();
-        let now = self.inner.now();
-        shared
-            .endpoint
-            .holds(now)
-            .into_iter()
-            .map(|h| HeldLock {
-                owner: shared.owner_id(h.owner),
-                name: h.name,
-                mode: h.mode,
-                token: h.token,
-                status: match h.status {
-                    HoldStatus::Held => LockStatus::Held,
-                    HoldStatus::Suspended => LockStatus::Suspended,
-                    HoldStatus::Lost => LockStatus::Lost,
-                },
-            })
-            .collect()
+        self.backend.holds()
     }
 
-    /// How many lock requests of this node wait for the grantor's answer.
+    /// How many lock requests of this node wait for an answer.
     pub fn pending_requests(&self) -> usize {
-        self.inner.lock().endpoint.locks().pending_requests().len()
+        self.backend.pending_requests()
     }
 
     /// A reentrant lock for `name`: this handle and its clones are one owner, which may lock
@@ -354,15 +382,13 @@ impl Node {
     /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
     pub fn reentrant_lock(&self, name: impl Into<String>) -> Result<ReentrantLock, LockNameError> {
         let name = self.created(name)?;
-        let owner = self.inner.lock().next_owner();
-        Ok(ReentrantLock::new(self.inner.clone(), name, owner))
+        let owner = self.backend.new_owner();
+        Ok(ReentrantLock::new(self.backend.clone(), name, owner))
     }
 
     fn created(&self, name: impl Into<String>) -> Result<LockName, LockNameError> {
         let name = LockName::new(name)?;
-        self.inner
-            .lock()
-            .emit(LockEvent::Created { name: name.clone() });
+        self.backend.created(&name);
         Ok(name)
     }
 
@@ -373,32 +399,9 @@ impl Node {
     /// # Cancel safety
     /// Dropping the future drops the node, whose driver thread finishes the shutdown in the
     /// background.
-    pub async fn leave(mut self) {
-        self.inner.command(Command::Shutdown);
-        loop {
-            let listener = {
-                // Listen while holding the state lock: the driver marks the node closed under
-                // it and notifies after, so the wake-up cannot slip between check and listen.
-                let shared = self.inner.lock();
-                if shared.phase == Phase::Closed {
-                    break;
-                }
-                self.inner.changed.listen()
-            };
-            listener.await;
-        }
-        self.join_thread();
-    }
-
-    fn join_thread(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            if thread.thread().id() == std::thread::current().id() {
-                return; // dropped by a handler running on the driver thread itself
-            }
-            if thread.join().is_err() {
-                tracing::error!(member = %self.inner.member, "driver thread panicked");
-            }
-        }
+    pub async fn leave(self) {
+        self.backend.shutdown();
+        std::future::poll_fn(|cx| self.backend.poll_closed(cx)).await;
     }
 }
 
@@ -407,54 +410,45 @@ impl Drop for Node {
     /// background (bounded by about twice the membership `leave_timeout`) and then ends. Drop
     /// never blocks an executor thread; `leave().await` waits for the graceful leave.
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.inner.command(Command::Shutdown);
-            drop(thread); // detached: it ends by itself once it has left
-        }
+        self.backend.shutdown();
     }
 }
 
-/// A lock held on a node; see [`Node::held_locks`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HeldLock {
-    /// The lock.
-    pub name: LockName,
-    /// Its owner.
-    pub owner: OwnerId,
-    /// The mode held.
-    pub mode: LockMode,
-    /// The fencing token of the grant.
-    pub token: FencingToken,
-    /// Held or suspended (lost locks are not listed once their owner was told).
-    pub status: LockStatus,
+/// A stream of views; see [`Node::views`].
+pub struct Views {
+    stream: BoxStream<'static, View>,
 }
 
-/// A stream of views; see [`Node::views`].
-#[derive(Debug)]
-pub struct Views {
-    receiver: Pin<Box<Receiver<View>>>,
+impl fmt::Debug for Views {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Views").finish_non_exhaustive()
+    }
 }
 
 impl Stream for Views {
     type Item = View;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<View>> {
-        self.receiver.as_mut().poll_next(cx)
+        self.stream.as_mut().poll_next(cx)
     }
 }
 
 /// A stream of lock events; see [`Node::lock_events`].
-#[derive(Debug)]
 pub struct LockEvents {
-    receiver: Pin<Box<Receiver<LockEvent>>>,
+    stream: BoxStream<'static, LockEvent>,
+}
+
+impl fmt::Debug for LockEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockEvents").finish_non_exhaustive()
+    }
 }
 
 impl Stream for LockEvents {
     type Item = LockEvent;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LockEvent>> {
-        self.receiver.as_mut().poll_next(cx)
+        self.stream.as_mut().poll_next(cx)
     }
 }
 

@@ -8,11 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, RequestId};
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, LockStatus, RequestId};
 use event_listener::{Event, EventListener};
 
-use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
-use crate::shared::Inner;
+use crate::hold::{Backend, Hold, Lost, Params, Request, Unlock};
 
 /// A handle to a reentrant exclusive lock of the cluster, made by
 /// [`crate::Node::reentrant_lock`].
@@ -50,7 +49,7 @@ use crate::shared::Inner;
 /// ```
 #[derive(Clone)]
 pub struct ReentrantLock {
-    inner: Arc<Inner>,
+    backend: Backend,
     name: LockName,
     owner: u64,
     state: Arc<Reentry>,
@@ -88,9 +87,9 @@ impl fmt::Debug for ReentrantLock {
 }
 
 impl ReentrantLock {
-    pub(crate) fn new(inner: Arc<Inner>, name: LockName, owner: u64) -> Self {
+    pub(crate) fn new(backend: Backend, name: LockName, owner: u64) -> Self {
         Self {
-            inner,
+            backend,
             name,
             owner,
             state: Arc::new(Reentry {
@@ -225,7 +224,7 @@ impl Future for ReentrantLockFuture {
                     count.acquiring = true;
                     drop(count);
                     this.step = Step::Acquiring(Request::new(
-                        this.lock.inner.clone(),
+                        this.lock.backend.clone(),
                         Params {
                             name: this.lock.name.clone(),
                             mode: LockMode::Exclusive,
@@ -262,7 +261,7 @@ impl Future for ReentrantLockFuture {
 }
 
 impl ReentrantLockFuture {
-    fn guard(&self, token: FencingToken, handle: (Arc<Inner>, RequestId)) -> ReentrantGuard {
+    fn guard(&self, token: FencingToken, handle: (Backend, RequestId)) -> ReentrantGuard {
         ReentrantGuard {
             state: self.lock.state.clone(),
             name: self.lock.name.clone(),
@@ -293,7 +292,7 @@ pub struct ReentrantGuard {
     name: LockName,
     token: FencingToken,
     /// The node and the request of the owner's grant.
-    handle: (Arc<Inner>, RequestId),
+    handle: (Backend, RequestId),
     /// Cleared by `unlock`, which does the guard's drop itself.
     armed: bool,
 }

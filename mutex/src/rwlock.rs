@@ -4,14 +4,12 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockError, LockMode, LockName};
+use conclave_lock_api::{FencingToken, LockError, LockMode, LockName, LockStatus};
 
-use crate::hold::{Hold, LockStatus, Lost, Params, Request, Unlock};
-use crate::shared::Inner;
+use crate::hold::{Backend, Hold, Lost, Params, Request, Unlock};
 
 /// A handle to a reader-writer lock of the cluster, made by [`crate::Node::rw_lock`]: any
 /// number of readers at once, or one writer. Each call is its own owner; waiters are served
@@ -41,7 +39,7 @@ use crate::shared::Inner;
 /// ```
 #[derive(Clone)]
 pub struct RwLock {
-    inner: Arc<Inner>,
+    backend: Backend,
     name: LockName,
 }
 
@@ -49,14 +47,14 @@ impl fmt::Debug for RwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwLock")
             .field("name", &self.name)
-            .field("node", &self.inner)
+            .field("member", self.backend.member())
             .finish()
     }
 }
 
 impl RwLock {
-    pub(crate) fn new(inner: Arc<Inner>, name: LockName) -> Self {
-        Self { inner, name }
+    pub(crate) fn new(backend: Backend, name: LockName) -> Self {
+        Self { backend, name }
     }
 
     /// The lock's name.
@@ -132,7 +130,7 @@ impl RwLock {
 
     fn request(&self, mode: LockMode, wait: bool, timeout: Option<Duration>) -> Request {
         Request::new(
-            self.inner.clone(),
+            self.backend.clone(),
             Params {
                 name: self.name.clone(),
                 mode,

@@ -13,12 +13,13 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::Context;
+use std::task::{Context, Waker};
+use std::thread::JoinHandle;
 
 use async_channel::Sender;
 use conclave_lock_api::{
-    FencingToken, LockError, LockEvent, LockLostReason, LockMode, LockName, MemberId, OwnerId,
-    RequestId, Transport, View,
+    FencingToken, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName, LostHandler,
+    MemberId, OwnerId, RequestId, Transport, View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
@@ -29,24 +30,6 @@ use crate::duty::ReceiveDuty;
 
 /// A boxed, sendable future of a datagram send.
 pub(crate) type SendFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-
-/// A handler called when a lock held on this node is lost.
-pub(crate) type LostHandler = Arc<dyn Fn(&LockLost) + Send + Sync + 'static>;
-
-/// A lock held on this node was lost without its owner releasing it; what unexpected-status
-/// handlers ([`crate::Node::on_lock_lost`]) are told.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockLost {
-    /// The lock.
-    pub name: LockName,
-    /// The owner that held it.
-    pub owner: OwnerId,
-    /// The fencing token of the lost grant.
-    pub token: FencingToken,
-    /// Why it was lost.
-    pub reason: LockLostReason,
-}
 
 /// What the driver thread is asked to do.
 pub(crate) enum Command {
@@ -93,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) duty: ReceiveDuty,
     /// Notified when a view is installed and when the node closes.
     pub(crate) changed: Event,
+    /// The driver thread, joined once the node has closed.
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Inner {
@@ -119,6 +104,7 @@ impl Inner {
             spin_wait,
             duty: ReceiveDuty::default(),
             changed: Event::new(),
+            thread: Mutex::new(None),
         }
     }
 
@@ -235,8 +221,8 @@ impl Inner {
 /// A request of the front end, from registration until its guard is gone.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    /// Notified whenever anything below changes.
-    pub(crate) event: Arc<Event>,
+    /// Woken whenever anything below changes.
+    wakers: Vec<Waker>,
     pub(crate) name: LockName,
     pub(crate) owner: u64,
     pub(crate) mode: LockMode,
@@ -244,8 +230,28 @@ pub(crate) struct Slot {
     pub(crate) outcome: Option<Result<FencingToken, LockError>>,
     /// Why the lock was lost, once it was.
     pub(crate) lost: Option<LockLostReason>,
+    /// An explicit release was started; the slot stays until it is acknowledged.
+    pub(crate) releasing: bool,
     /// The grantor acknowledged the release.
     pub(crate) released: bool,
+    /// Until when a wait for this slot busy-polls (see [`crate::NodeBuilder::spin_wait`]).
+    pub(crate) spin_until: Option<std::time::Instant>,
+}
+
+impl Slot {
+    /// Wakes every task waiting on this slot.
+    pub(crate) fn wake(&mut self) {
+        for waker in self.wakers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Has `waker` woken at the slot's next change.
+    pub(crate) fn register(&mut self, waker: &Waker) {
+        if !self.wakers.iter().any(|w| w.will_wake(waker)) {
+            self.wakers.push(waker.clone());
+        }
+    }
 }
 
 /// What a call into the endpoint left to do once the state lock is released.
@@ -286,6 +292,8 @@ pub(crate) struct Shared {
     view_subscribers: Vec<Sender<View>>,
     event_subscribers: Vec<Sender<LockEvent>>,
     pub(crate) handlers: Vec<LostHandler>,
+    /// Woken when the driver has stopped.
+    pub(crate) closed_wakers: Vec<Waker>,
 }
 
 impl Shared {
@@ -300,6 +308,7 @@ impl Shared {
             view_subscribers: Vec::new(),
             event_subscribers: Vec::new(),
             handlers: Vec::new(),
+            closed_wakers: Vec::new(),
         }
     }
 
@@ -334,35 +343,32 @@ impl Shared {
         self.slots.insert(
             id,
             Slot {
-                event: Arc::new(Event::new()),
+                wakers: Vec::new(),
                 name,
                 owner,
                 mode,
                 outcome: None,
                 lost: None,
+                releasing: false,
                 released: false,
+                spin_until: None,
             },
         );
         id
     }
 
-    /// Withdraws a request whose future was dropped, or releases the lock it got if the grant
-    /// won the race. Returns whether a held lock was released.
+    /// Forgets `request`: withdraws it if it waits, releases its hold without waiting if it
+    /// holds (a dropped guard, or a grant that raced a dropped future), stops tracking its
+    /// release if one was started.
     pub(crate) fn withdraw(&mut self, now: Instant, request: RequestId) {
         let Some(slot) = self.slots.remove(&request) else {
             return;
         };
         match slot.outcome {
+            Some(Ok(_)) if slot.releasing => {}
             Some(Ok(_)) => self.release_held(now, request, &slot),
             Some(Err(_)) => {}
             None => self.endpoint.cancel(now, request),
-        }
-    }
-
-    /// Releases the lock held by `request` without waiting (a guard's `Drop`).
-    pub(crate) fn release(&mut self, now: Instant, request: RequestId) {
-        if let Some(slot) = self.slots.remove(&request) {
-            self.release_held(now, request, &slot);
         }
     }
 
@@ -441,7 +447,7 @@ impl Shared {
             } => match self.slots.get_mut(&request) {
                 Some(slot) if slot.outcome.is_none() => {
                     slot.outcome = Some(Ok(token));
-                    slot.event.notify(usize::MAX);
+                    slot.wake();
                     let owner = self.owner_id(owner);
                     self.emit(LockEvent::Locked {
                         name,
@@ -481,13 +487,13 @@ impl Shared {
                         Refusal::NoQuorum => LockError::NotMember,
                         Refusal::Unavailable => LockError::Unavailable,
                     }));
-                    slot.event.notify(usize::MAX);
+                    slot.wake();
                 }
             }
             LockNotice::Released { request } => {
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.released = true;
-                    slot.event.notify(usize::MAX);
+                    slot.wake();
                 }
             }
             LockNotice::Lost {
@@ -500,7 +506,7 @@ impl Shared {
                 warn!(member = %self.endpoint.local(), lock = %name, ?reason, "lock lost");
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.lost = Some(reason);
-                    slot.event.notify(usize::MAX);
+                    slot.wake();
                 }
                 self.lost(name, owner, token, reason, effects);
             }
@@ -521,12 +527,7 @@ impl Shared {
             owner: owner.clone(),
             reason,
         });
-        let event = LockLost {
-            name,
-            owner,
-            token,
-            reason,
-        };
+        let event = LockLost::new(name, owner, token, reason);
         effects
             .lost
             .extend(self.handlers.iter().map(|h| (h.clone(), event.clone())));
@@ -542,7 +543,7 @@ impl Shared {
         for slot in self.slots.values_mut() {
             if slot.outcome.is_none() {
                 slot.outcome = Some(Err(LockError::Shutdown));
-                slot.event.notify(usize::MAX);
+                slot.wake();
             }
         }
         effects
@@ -558,9 +559,12 @@ impl Shared {
             if matches!(slot.outcome, Some(Ok(_))) && slot.lost.is_none() {
                 slot.lost = Some(LockLostReason::Shutdown);
             }
-            slot.event.notify(usize::MAX);
+            slot.wake();
         }
         self.view_subscribers.clear();
         self.event_subscribers.clear();
+        for waker in self.closed_wakers.drain(..) {
+            waker.wake();
+        }
     }
 }

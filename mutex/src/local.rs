@@ -1,0 +1,555 @@
+//! The local backend: the lock table of one process, with no network and no thread.
+//!
+//! [`LocalBackend`] implements the backend seam ([`LockBackend`]) with the semantics of a
+//! cluster whose only member never fails: FIFO queues per lock (a queued exclusive request
+//! holds back later shared ones, consecutive shared waiters are granted together), fencing
+//! tokens that strictly increase per lock, `Waiting` events only for requests queued behind
+//! another owner, timeouts kept by the backend, cancel safety (a dropped request is withdrawn,
+//! a grant that raced it released), and holds lost with [`LockLostReason::Shutdown`] when the
+//! node shuts down. Holds are never suspended: nothing can cut this member off.
+//!
+//! It is what [`crate::Node::local`] runs on: code that takes Conclave locks can be unit-tested
+//! without a cluster, and behaves the same on one.
+//!
+//! ```
+//! use conclave::{LockEvent, Node};
+//! use futures::StreamExt;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! smol::block_on(async {
+//!     let node = Node::local("test")?;
+//!     let mut events = node.lock_events();
+//!     let lock = node.rw_lock("config")?;
+//!     let (r1, r2) = (lock.read().await?, lock.read().await?); // readers share
+//!     assert!(r2.fencing_token() > r1.fencing_token());
+//!     drop((r1, r2));
+//!     let w = lock.write().await?;
+//!     w.unlock().await?;
+//!     node.leave().await;
+//!     let first = events.next().await;
+//!     assert!(matches!(first, Some(LockEvent::Created { .. })));
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use async_channel::Sender;
+use async_io::Timer;
+use conclave_lock_api::{
+    Acquire, FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason,
+    LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId, UnlockError, View,
+};
+use futures::stream::BoxStream;
+
+/// The lock table of one process: see the [module documentation](self).
+pub struct LocalBackend {
+    member: MemberId,
+    view: View,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("member", &self.member)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a request stands.
+enum Stage {
+    /// In its lock's queue.
+    Queued,
+    /// Holding, with this token.
+    Held(FencingToken),
+    /// Refused; the answer waits for the future.
+    Refused(LockError),
+    /// Lost while held, for this reason.
+    Lost(LockLostReason),
+    /// Released by an explicit unlock (acknowledged at once: there is nobody to ask).
+    Released,
+}
+
+struct Record {
+    name: LockName,
+    owner: u64,
+    mode: LockMode,
+    stage: Stage,
+    deadline: Option<Instant>,
+    /// Wakes the waiting task at `deadline`.
+    timer: Option<Timer>,
+    wakers: Vec<Waker>,
+}
+
+impl Record {
+    fn wake(&mut self) {
+        for waker in self.wakers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    fn register(&mut self, waker: &Waker) {
+        if !self.wakers.iter().any(|w| w.will_wake(waker)) {
+            self.wakers.push(waker.clone());
+        }
+    }
+}
+
+/// One lock's holders and queue.
+#[derive(Default)]
+struct Entry {
+    holders: Vec<(RequestId, LockMode)>,
+    queue: VecDeque<RequestId>,
+}
+
+impl Entry {
+    fn compatible(&self, mode: LockMode) -> bool {
+        match mode {
+            LockMode::Exclusive => self.holders.is_empty(),
+            LockMode::Shared => self.holders.iter().all(|(_, m)| *m == LockMode::Shared),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    closed: bool,
+    /// The last fencing token issued, for any lock: tokens increase per lock because they
+    /// increase overall.
+    last_token: u64,
+    next_owner: u64,
+    next_request: u64,
+    locks: BTreeMap<LockName, Entry>,
+    requests: BTreeMap<RequestId, Record>,
+    events: Vec<Sender<LockEvent>>,
+    views: Vec<Sender<View>>,
+    handlers: Vec<LostHandler>,
+    closed_wakers: Vec<Waker>,
+}
+
+impl LocalBackend {
+    /// A lock table for the one member `member`.
+    pub fn new(member: MemberId) -> Self {
+        let view = View::new(1, vec![member.clone()]).expect("a view of one member is valid");
+        Self {
+            member,
+            view,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn owner_id(&self, local: u64) -> OwnerId {
+        OwnerId {
+            member: self.member.clone(),
+            local,
+        }
+    }
+}
+
+impl State {
+    fn emit(&mut self, event: LockEvent) {
+        self.events.retain(|s| s.try_send(event.clone()).is_ok());
+    }
+
+    /// Grants `request` (already removed from any queue) and records its token.
+    fn grant(&mut self, member: &MemberId, request: RequestId) {
+        let Some(record) = self.requests.get_mut(&request) else {
+            return;
+        };
+        self.last_token += 1;
+        let token = FencingToken(self.last_token);
+        let entry = self.locks.entry(record.name.clone()).or_default();
+        entry.holders.push((request, record.mode));
+        record.stage = Stage::Held(token);
+        record.timer = None;
+        record.wake();
+        let event = LockEvent::Locked {
+            name: record.name.clone(),
+            owner: OwnerId {
+                member: member.clone(),
+                local: record.owner,
+            },
+            mode: record.mode,
+            token,
+        };
+        self.emit(event);
+    }
+
+    /// Grants from the head of `name`'s queue while the head is compatible with the holders,
+    /// answering the waiters whose deadline passed on the way.
+    fn promote(&mut self, member: &MemberId, name: &LockName, now: Instant) {
+        loop {
+            let Some(entry) = self.locks.get_mut(name) else {
+                return;
+            };
+            let Some(&head) = entry.queue.front() else {
+                break;
+            };
+            let Some(record) = self.requests.get_mut(&head) else {
+                entry.queue.pop_front();
+                continue;
+            };
+            if record.deadline.is_some_and(|d| d <= now) {
+                entry.queue.pop_front();
+                record.stage = Stage::Refused(LockError::Timeout);
+                record.wake();
+                continue;
+            }
+            if !entry.compatible(record.mode) {
+                break;
+            }
+            entry.queue.pop_front();
+            self.grant(member, head);
+        }
+        self.forget_if_unused(name);
+    }
+
+    /// Drops `name`'s entry once nothing holds or waits for it (memory stays bounded by the
+    /// locks in use).
+    fn forget_if_unused(&mut self, name: &LockName) {
+        if self
+            .locks
+            .get(name)
+            .is_some_and(|e| e.holders.is_empty() && e.queue.is_empty())
+        {
+            self.locks.remove(name);
+        }
+    }
+
+    /// Removes `request` from its lock's holders or queue; returns whether it held.
+    fn detach(&mut self, request: RequestId, name: &LockName) -> bool {
+        let Some(entry) = self.locks.get_mut(name) else {
+            return false;
+        };
+        let held = entry.holders.len();
+        entry.holders.retain(|(r, _)| *r != request);
+        entry.queue.retain(|r| *r != request);
+        held != entry.holders.len()
+    }
+}
+
+impl LockBackend for LocalBackend {
+    fn member(&self) -> &MemberId {
+        &self.member
+    }
+
+    fn new_owner(&self) -> u64 {
+        let mut state = self.lock();
+        state.next_owner += 1;
+        state.next_owner
+    }
+
+    fn created(&self, name: &LockName) {
+        self.lock().emit(LockEvent::Created { name: name.clone() });
+    }
+
+    fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(LockError::Shutdown);
+        }
+        state.next_request += 1;
+        let id = RequestId(state.next_request);
+        let now = Instant::now();
+        let entry = state.locks.entry(request.name.clone()).or_default();
+        let free = entry.queue.is_empty() && entry.compatible(request.mode);
+        let deadline = request.timeout.map(|t| now + t);
+        let queued = !free && request.wait;
+        let position = if queued {
+            entry.queue.push_back(id);
+            Some(entry.queue.len())
+        } else {
+            None
+        };
+        state.requests.insert(
+            id,
+            Record {
+                name: request.name.clone(),
+                owner: request.owner,
+                mode: request.mode,
+                stage: if free || queued {
+                    Stage::Queued
+                } else {
+                    Stage::Refused(LockError::WouldBlock)
+                },
+                deadline,
+                timer: deadline.filter(|_| queued).map(Timer::at),
+                wakers: Vec::new(),
+            },
+        );
+        if free {
+            state.grant(&self.member, id);
+        } else if let Some(position) = position {
+            let event = LockEvent::Waiting {
+                name: request.name,
+                owner: self.owner_id(request.owner),
+                mode: request.mode,
+                position: u32::try_from(position).unwrap_or(u32::MAX),
+            };
+            state.emit(event);
+        }
+        Ok(id)
+    }
+
+    fn poll_grant(
+        &self,
+        request: RequestId,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<FencingToken, LockError>> {
+        let mut state = self.lock();
+        let Some(record) = state.requests.get_mut(&request) else {
+            return Poll::Ready(Err(LockError::Shutdown));
+        };
+        match &record.stage {
+            Stage::Held(token) => return Poll::Ready(Ok(*token)),
+            Stage::Refused(error) => {
+                let error = error.clone();
+                state.requests.remove(&request);
+                return Poll::Ready(Err(error));
+            }
+            Stage::Lost(reason) => return Poll::Ready(Err(LockError::Lost(*reason))),
+            Stage::Released => return Poll::Ready(Err(LockError::Cancelled)),
+            Stage::Queued => {}
+        }
+        let expired = match &mut record.timer {
+            Some(timer) => Pin::new(timer).poll(cx).is_ready(),
+            None => false,
+        };
+        if expired {
+            let name = record.name.clone();
+            state.requests.remove(&request);
+            state.detach(request, &name);
+            // A waiter that leaves may unblock those behind it (shared ones behind it).
+            state.promote(&self.member, &name, Instant::now());
+            return Poll::Ready(Err(LockError::Timeout));
+        }
+        record.register(cx.waker());
+        Poll::Pending
+    }
+
+    fn cancel(&self, request: RequestId) {
+        let mut state = self.lock();
+        let Some(record) = state.requests.remove(&request) else {
+            return;
+        };
+        let held = state.detach(request, &record.name);
+        if held {
+            let event = LockEvent::Unlocked {
+                name: record.name.clone(),
+                owner: self.owner_id(record.owner),
+            };
+            state.emit(event);
+        }
+        state.promote(&self.member, &record.name, Instant::now());
+    }
+
+    fn release(&self, request: RequestId) -> Result<(), UnlockError> {
+        let mut state = self.lock();
+        let closed = state.closed;
+        let Some(record) = state.requests.get_mut(&request) else {
+            return Err(if closed {
+                UnlockError::Shutdown
+            } else {
+                UnlockError::Lost(LockLostReason::Shutdown)
+            });
+        };
+        match record.stage {
+            Stage::Held(_) => {}
+            Stage::Lost(reason) => {
+                state.requests.remove(&request);
+                return Err(UnlockError::Lost(reason));
+            }
+            Stage::Released => return Ok(()),
+            Stage::Queued | Stage::Refused(_) => {
+                state.requests.remove(&request);
+                return Err(UnlockError::Shutdown);
+            }
+        }
+        record.stage = Stage::Released;
+        record.wake();
+        let (name, owner) = (record.name.clone(), record.owner);
+        state.detach(request, &name);
+        state.emit(LockEvent::Unlocked {
+            name: name.clone(),
+            owner: self.owner_id(owner),
+        });
+        state.promote(&self.member, &name, Instant::now());
+        Ok(())
+    }
+
+    fn poll_released(
+        &self,
+        request: RequestId,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Result<(), UnlockError>> {
+        let mut state = self.lock();
+        let answer = match state.requests.get(&request).map(|r| &r.stage) {
+            Some(Stage::Released) => Ok(()),
+            _ => Err(UnlockError::Shutdown),
+        };
+        state.requests.remove(&request);
+        Poll::Ready(answer)
+    }
+
+    fn status(&self, request: RequestId) -> LockStatus {
+        match self.lock().requests.get(&request).map(|r| &r.stage) {
+            Some(Stage::Held(_)) => LockStatus::Held,
+            _ => LockStatus::Lost,
+        }
+    }
+
+    fn lost_reason(&self, request: RequestId) -> Option<LockLostReason> {
+        match self.lock().requests.get(&request).map(|r| &r.stage) {
+            Some(Stage::Lost(reason)) => Some(*reason),
+            _ => None,
+        }
+    }
+
+    fn poll_lost(&self, request: RequestId, cx: &mut Context<'_>) -> Poll<LockLostReason> {
+        let mut state = self.lock();
+        match state.requests.get_mut(&request) {
+            Some(record) => match record.stage {
+                Stage::Lost(reason) => Poll::Ready(reason),
+                Stage::Held(_) => {
+                    record.register(cx.waker());
+                    Poll::Pending
+                }
+                _ => Poll::Pending,
+            },
+            None => Poll::Pending,
+        }
+    }
+
+    fn view(&self) -> Option<View> {
+        (!self.lock().closed).then(|| self.view.clone())
+    }
+
+    fn views(&self) -> BoxStream<'static, View> {
+        let (sender, receiver) = async_channel::unbounded();
+        let mut state = self.lock();
+        if !state.closed {
+            let _ = sender.try_send(self.view.clone());
+            state.views.push(sender);
+        }
+        Box::pin(receiver)
+    }
+
+    fn events(&self) -> BoxStream<'static, LockEvent> {
+        let (sender, receiver) = async_channel::unbounded();
+        let mut state = self.lock();
+        if !state.closed {
+            state.events.push(sender);
+        }
+        Box::pin(receiver)
+    }
+
+    fn on_lock_lost(&self, handler: LostHandler) {
+        self.lock().handlers.push(handler);
+    }
+
+    fn holds(&self) -> Vec<HeldLock> {
+        let state = self.lock();
+        state
+            .requests
+            .values()
+            .filter_map(|r| match r.stage {
+                Stage::Held(token) => Some(HeldLock::new(
+                    r.name.clone(),
+                    self.owner_id(r.owner),
+                    r.mode,
+                    token,
+                    LockStatus::Held,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn pending_requests(&self) -> usize {
+        self.lock()
+            .requests
+            .values()
+            .filter(|r| matches!(r.stage, Stage::Queued))
+            .count()
+    }
+
+    fn shutdown(&self) {
+        let (handlers, lost) = {
+            let mut state = self.lock();
+            if state.closed {
+                return;
+            }
+            state.closed = true;
+            let mut lost = Vec::new();
+            let mut events = Vec::new();
+            for record in state.requests.values_mut() {
+                match record.stage {
+                    Stage::Held(token) => {
+                        record.stage = Stage::Lost(LockLostReason::Shutdown);
+                        let owner = self.owner_id(record.owner);
+                        events.push(LockEvent::Lost {
+                            name: record.name.clone(),
+                            owner: owner.clone(),
+                            reason: LockLostReason::Shutdown,
+                        });
+                        lost.push(LockLost::new(
+                            record.name.clone(),
+                            owner,
+                            token,
+                            LockLostReason::Shutdown,
+                        ));
+                    }
+                    Stage::Queued => record.stage = Stage::Refused(LockError::Shutdown),
+                    _ => {}
+                }
+                record.timer = None;
+                record.wake();
+            }
+            for event in events {
+                state.emit(event);
+            }
+            for entry in state.locks.values_mut() {
+                entry.holders.clear();
+                entry.queue.clear();
+            }
+            state.events.clear();
+            state.views.clear();
+            for waker in state.closed_wakers.drain(..) {
+                waker.wake();
+            }
+            (state.handlers.clone(), lost)
+        };
+        for event in &lost {
+            for handler in &handlers {
+                let call = std::panic::AssertUnwindSafe(|| handler(event));
+                if std::panic::catch_unwind(call).is_err() {
+                    tracing::error!(lock = %event.name, "a lost-lock handler panicked");
+                }
+            }
+        }
+    }
+
+    fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        if state.closed {
+            Poll::Ready(())
+        } else {
+            if !state.closed_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                state.closed_wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        }
+    }
+}

@@ -45,8 +45,7 @@ impl Inner {
         if !spinning(until) {
             return None;
         }
-        if *pumped < PUMP_LIMIT && until.is_some_and(|until| self.receive_inline(request, until))
-        {
+        if *pumped < PUMP_LIMIT && until.is_some_and(|until| self.receive_inline(request, until)) {
             *pumped += 1;
             return Some(true); // look again
         }

@@ -89,7 +89,8 @@ impl Request {
             return Poll::Ready(Err(LockError::Cancelled));
         };
         let answer = ready!(self.backend.poll_grant(*request, cx));
-        let State::Waiting(request, params, owner) = std::mem::replace(&mut self.state, State::Done)
+        let State::Waiting(request, params, owner) =
+            std::mem::replace(&mut self.state, State::Done)
         else {
             unreachable!("the state was Waiting above");
         };

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_io::Timer;
 use conclave_lock_api::{
-    HeldLock, LockBackend, LockEvent, LockLost, LockName, LockNameError, MemberId,
-    MemberNameError, Transport, View,
+    HeldLock, LockBackend, LockEvent, LockLost, LockName, LockNameError, MemberId, MemberNameError,
+    Transport, View,
 };
 use conclave_protocol::locking::PartitionPolicy;
 use conclave_protocol::{Endpoint, EndpointConfig};

@@ -1,0 +1,118 @@
+//! How each backend's members are started for a scenario.
+//!
+//! A fixture starts the members of one scenario's cluster and returns once they are ready:
+//! every member in one view made of all of them. A backend of one process (the local backend)
+//! returns one node; scenarios address members modulo the number returned, so "another
+//! member" is then another owner on the same node.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use conclave::memory::MemoryNetwork;
+use conclave::tcp::TcpMesh;
+use conclave::udp::{UdpConfig, UdpMulticast};
+use conclave::{EndpointConfig, Node, View};
+use futures::future::BoxFuture;
+use futures::StreamExt;
+
+use crate::{within, WAIT};
+
+/// Starts the members of a scenario's cluster, named after `cluster` (unique per test).
+pub type Start = fn(cluster: String) -> BoxFuture<'static, Vec<Node>>;
+
+/// How many members a cluster fixture starts.
+pub const MEMBERS: usize = 3;
+
+/// The local backend: one node, no network.
+pub fn local(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(async move { vec![Node::local(&cluster).unwrap()] })
+}
+
+/// The group backend over the in-memory transport: [`MEMBERS`] nodes.
+pub fn memory(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(async move {
+        let network = MemoryNetwork::new();
+        let mut nodes = Vec::new();
+        for i in 0..MEMBERS {
+            let node = Node::builder(&cluster)
+                .name(format!("m{i}"))
+                .transport(network.transport())
+                .config(EndpointConfig::local());
+            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+        }
+        agree(&nodes).await;
+        nodes
+    })
+}
+
+/// The multicast group and port of this test process (TTL 0, interface 127.0.0.1): tests of
+/// one process share them and are told apart by cluster name.
+pub fn udp_config() -> UdpConfig {
+    UdpConfig {
+        group: Ipv4Addr::new(239, 255, 67, 211),
+        port: 30_000 + u16::try_from(std::process::id() % 20_000).unwrap_or(0),
+        ..UdpConfig::loopback()
+    }
+}
+
+/// The group backend over UDP on loopback: [`MEMBERS`] nodes.
+pub fn udp(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(async move {
+        let mut nodes = Vec::new();
+        for i in 0..MEMBERS {
+            let node = Node::builder(&cluster)
+                .name(format!("u{i}"))
+                .transport(UdpMulticast::bind(&udp_config()).unwrap())
+                .config(EndpointConfig::local());
+            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+        }
+        agree(&nodes).await;
+        nodes
+    })
+}
+
+/// The group backend over a TCP mesh on loopback: [`MEMBERS`] nodes, the first one the seed
+/// of the others.
+pub fn tcp(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(async move {
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut seed = None;
+        for i in 0..MEMBERS {
+            let mesh = TcpMesh::loopback(seed).unwrap();
+            let addr = {
+                use conclave::api::Transport;
+                mesh.local_addr()
+            };
+            seed.get_or_insert(addr);
+            let node = Node::builder(&cluster)
+                .name(format!("t{i}"))
+                .transport(mesh)
+                .config(EndpointConfig::local());
+            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+        }
+        agree(&nodes).await;
+        nodes
+    })
+}
+
+/// Waits until every node has installed the same view, made of exactly them.
+pub async fn agree(nodes: &[Node]) -> View {
+    let wanted: BTreeSet<_> = nodes.iter().map(|n| n.member_id().clone()).collect();
+    let mut streams: Vec<_> = nodes.iter().map(Node::views).collect();
+    within(WAIT, "view agreement", async {
+        let mut latest: Vec<Option<View>> = vec![None; nodes.len()];
+        loop {
+            let (view, i, _) =
+                futures::future::select_all(streams.iter_mut().map(|s| Box::pin(s.next()))).await;
+            latest[i] = view;
+            if let Some(Some(first)) = latest.first() {
+                let same = latest.iter().all(|v| v.as_ref() == Some(first));
+                let members: BTreeSet<_> = first.members().iter().cloned().collect();
+                if same && members == wanted {
+                    return first.clone();
+                }
+            }
+        }
+    })
+    .await
+}

@@ -1,0 +1,47 @@
+//! The backend conformance suite: every scenario of [`conclave_tests::backend`] against every
+//! backend, as `conformance::<backend>::<scenario>`.
+
+use conclave_tests::backend;
+use conclave_tests::fixtures::{self, Start};
+
+/// Runs `scenario` on the members `start` makes for a cluster named after the test, within a
+/// bound, on smol's executor (the front end works under any runtime).
+fn run<F>(start: Start, test: &str, scenario: fn(Vec<conclave::Node>) -> F)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let cluster = format!("conformance-{test}-{}", std::process::id());
+    smol::block_on(conclave_tests::within(
+        std::time::Duration::from_secs(120),
+        test,
+        async move { scenario(start(cluster).await).await },
+    ));
+}
+
+macro_rules! conformance {
+    ($($backend:ident),* $(,)?) => {
+        mod conformance {
+            $(
+                mod $backend {
+                    conformance!(@scenarios $backend:
+                        exclusion, fifo, try_and_timeout, cancellation, reentrancy, read_write,
+                        fencing_tokens, events, lost_holds, shutdown);
+                }
+            )*
+        }
+    };
+    (@scenarios $backend:ident: $($scenario:ident),*) => {
+        $(
+            #[test]
+            fn $scenario() {
+                super::super::run(
+                    super::super::fixtures::$backend,
+                    concat!(stringify!($backend), "-", stringify!($scenario)),
+                    super::super::backend::$scenario,
+                );
+            }
+        )*
+    };
+}
+
+conformance!(local, memory, udp, tcp);

@@ -79,6 +79,7 @@ mod driver;
 mod duty;
 mod error;
 pub mod faults;
+pub mod futures;
 mod group;
 mod hold;
 pub mod local;
@@ -88,6 +89,20 @@ mod node;
 mod reentrant;
 mod rwlock;
 mod shared;
+
+/// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
+/// their links to the API. Built for documentation only: the files live outside this crate.
+#[cfg(doc)]
+pub mod docs {
+    #[doc = include_str!("../../docs/guide.md")]
+    pub mod guide {}
+    #[doc = include_str!("../../docs/design.md")]
+    pub mod design {}
+    #[doc = include_str!("../../docs/protocol.md")]
+    pub mod protocol {}
+    #[doc = include_str!("../../docs/benchmarks.md")]
+    pub mod benchmarks {}
+}
 
 pub use conclave_lock_api as api;
 pub use conclave_lock_api::{
@@ -107,8 +122,14 @@ pub use conclave_udp as udp;
 #[cfg(feature = "tcp-mesh")]
 pub use conclave_tcp as tcp;
 pub use error::NodeError;
-pub use hold::{Lost, Unlock};
-pub use mutex::{DistributedMutex, Lock, MutexGuard};
+pub use mutex::{DistributedMutex, MutexGuard};
 pub use node::{LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT};
-pub use reentrant::{ReentrantGuard, ReentrantLock, ReentrantLockFuture};
-pub use rwlock::{Read, RwLock, RwLockGuard, Write};
+pub use reentrant::{ReentrantGuard, ReentrantLock};
+pub use rwlock::{RwLock, RwLockGuard};
+
+// The futures by their earlier paths, for code written before the `futures` module.
+#[doc(hidden)]
+pub use futures::{Lock, Lost, Read, Unlock, Write};
+/// The future of [`ReentrantLock::lock`], by its earlier name.
+#[deprecated(since = "0.1.0", note = "renamed `conclave::futures::LockReentrant`")]
+pub type ReentrantLockFuture = futures::LockReentrant;

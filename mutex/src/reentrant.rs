@@ -120,7 +120,7 @@ impl ReentrantLock {
     /// # Cancel safety
     /// As [`crate::DistributedMutex::lock`]; a clone waiting for this request takes over when
     /// it is dropped.
-    pub fn lock(&self) -> ReentrantLockFuture {
+    pub fn lock(&self) -> LockReentrant {
         self.future(true, None)
     }
 
@@ -132,7 +132,7 @@ impl ReentrantLock {
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].
-    pub fn try_lock(&self) -> ReentrantLockFuture {
+    pub fn try_lock(&self) -> LockReentrant {
         self.future(false, None)
     }
 
@@ -144,12 +144,12 @@ impl ReentrantLock {
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].
-    pub fn lock_timeout(&self, timeout: Duration) -> ReentrantLockFuture {
+    pub fn lock_timeout(&self, timeout: Duration) -> LockReentrant {
         self.future(true, Some(timeout))
     }
 
-    fn future(&self, wait: bool, timeout: Option<Duration>) -> ReentrantLockFuture {
-        ReentrantLockFuture {
+    fn future(&self, wait: bool, timeout: Option<Duration>) -> LockReentrant {
+        LockReentrant {
             lock: self.clone(),
             wait,
             timeout,
@@ -169,14 +169,14 @@ enum Step {
 
 /// The future of [`ReentrantLock::lock`] and its variants.
 #[must_use = "futures do nothing unless polled"]
-pub struct ReentrantLockFuture {
+pub struct LockReentrant {
     lock: ReentrantLock,
     wait: bool,
     timeout: Option<Duration>,
     step: Step,
 }
 
-impl fmt::Debug for ReentrantLockFuture {
+impl fmt::Debug for LockReentrant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let step = match &self.step {
             Step::Start => "start",
@@ -184,14 +184,14 @@ impl fmt::Debug for ReentrantLockFuture {
             Step::Acquiring(_) => "acquiring",
             Step::Done => "done",
         };
-        f.debug_struct("ReentrantLockFuture")
+        f.debug_struct("LockReentrant")
             .field("lock", &self.lock.name)
             .field("step", &step)
             .finish()
     }
 }
 
-impl Future for ReentrantLockFuture {
+impl Future for LockReentrant {
     type Output = Result<ReentrantGuard, LockError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -260,7 +260,7 @@ impl Future for ReentrantLockFuture {
     }
 }
 
-impl ReentrantLockFuture {
+impl LockReentrant {
     fn guard(&self, token: FencingToken, handle: (Backend, RequestId)) -> ReentrantGuard {
         ReentrantGuard {
             state: self.lock.state.clone(),
@@ -272,7 +272,7 @@ impl ReentrantLockFuture {
     }
 }
 
-impl Drop for ReentrantLockFuture {
+impl Drop for LockReentrant {
     fn drop(&mut self) {
         if let Step::Acquiring(request) = std::mem::replace(&mut self.step, Step::Done) {
             // Withdraw the request first; then a clone waiting behind it asks on its own.

@@ -8,11 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::{cluster, within, WAIT};
+use conclave::futures::{Lock, LockReentrant, Lost, Read, Unlock, Write};
 use conclave::memory::MemoryNetwork;
 use conclave::{
-    DistributedMutex, Lock, LockError, LockEvent, LockMode, LockNameError, LockStatus, MutexGuard,
-    Node, NodeError, Read, ReentrantGuard, ReentrantLock, ReentrantLockFuture, RwLock, RwLockGuard,
-    Unlock, Write,
+    DistributedMutex, LockError, LockEvent, LockMode, LockNameError, LockStatus, MutexGuard, Node,
+    NodeError, ReentrantGuard, ReentrantLock, RwLock, RwLockGuard,
 };
 use futures::StreamExt;
 
@@ -34,7 +34,8 @@ fn public_types_are_send_and_sync() {
     send::<Read>();
     send::<Write>();
     send::<Unlock>();
-    send::<ReentrantLockFuture>();
+    send::<LockReentrant>();
+    send::<Lost>();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `conclave-node`: one member of a Conclave cluster on loopback, over UDP or TCP, driven by
 //! line commands on stdin and reporting machine-readable lines on stdout. The multi-process
-//! tests (`mutex/tests/multiprocess.rs`) run several of these.
+//! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
 //! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]

@@ -1,5 +1,5 @@
 //! The real multi-process suite, once over each backend (modules `udp` and `tcp`): each member
-//! is a `conclave-node` process (see `src/bin/conclave-node.rs`) driven through its stdin and
+//! is a `conclave-node` process (see `tests/src/bin/conclave-node.rs`) driven through its stdin and
 //! stdout.
 //!
 //! Everything stays on loopback. Over UDP: unicast on 127.0.0.1, multicast discovery on

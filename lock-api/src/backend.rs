@@ -10,24 +10,6 @@
 //! owns the futures and the guards; a backend only records requests and wakes the
 //! [`Waker`](std::task::Waker)s it was given when their answer changes. Every method is
 //! callable from any thread, from a user's task and from `Drop`, and none of them blocks.
-//!
-//! # The life of a request
-//! 1. [`LockBackend::submit`] registers a request and returns its [`RequestId`].
-//! 2. [`LockBackend::poll_grant`] is polled until it is ready: `Ok(token)` means the
-//!    request's owner holds the lock (the request is now a *hold*); `Err` means it does not,
-//!    and the backend has forgotten the request.
-//! 3. A hold ends in one of two ways: [`LockBackend::release`] (an explicit unlock), then
-//!    [`LockBackend::poll_released`] until the release is acknowledged; or
-//!    [`LockBackend::cancel`] (a dropped guard).
-//! 4. [`LockBackend::cancel`] may be called at any step, any number of times: it undoes what
-//!    the request holds or waits for, without waiting, and forgets it. A request whose future
-//!    is dropped is cancelled; so is a hold whose guard is dropped, and a release whose
-//!    acknowledgement nobody waits for any more.
-//!
-//! While a hold lasts, [`LockBackend::status`] says what its owner should believe, and
-//! [`LockBackend::poll_lost`] resolves if the hold is lost without being released. Requests
-//! of an owner of this member are identified by a local owner number from
-//! [`LockBackend::new_owner`]; the backend makes the cluster-wide [`OwnerId`] from it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -146,8 +128,33 @@ impl HeldLock {
 
 /// What grants locks to the front end: the seam every backend implements.
 ///
-/// See the [module documentation](self) for the life of a request. The contract, which the
-/// conformance suite (`tests/` in the repository) checks for every backend:
+/// The front end (`conclave`'s `DistributedMutex`, `ReentrantLock`, `RwLock`, their guards,
+/// lock events and handlers) is written once on this trait. It is synchronous, poll-based and
+/// object-safe, shaped like a `RawMutex`: the front end owns the futures and the guards; a
+/// backend records requests and wakes the [`Waker`](std::task::Waker)s it was given when
+/// their answer changes. Every method is callable from any thread, from a user's task and from
+/// `Drop`, and none of them blocks.
+///
+/// # The life of a request
+/// 1. [`LockBackend::submit`] registers a request and returns its [`RequestId`].
+/// 2. [`LockBackend::poll_grant`] is polled until it is ready: `Ok(token)` means the
+///    request's owner holds the lock (the request is now a *hold*); `Err` means it does not,
+///    and the backend has forgotten the request.
+/// 3. A hold ends in one of two ways: [`LockBackend::release`] (an explicit unlock), then
+///    [`LockBackend::poll_released`] until the release is acknowledged; or
+///    [`LockBackend::cancel`] (a dropped guard).
+/// 4. [`LockBackend::cancel`] may be called at any step, any number of times: it undoes what
+///    the request holds or waits for, without waiting, and forgets it. A request whose future
+///    is dropped is cancelled; so is a hold whose guard is dropped, and a release whose
+///    acknowledgement nobody waits for any more.
+///
+/// While a hold lasts, [`LockBackend::status`] says what its owner should believe, and
+/// [`LockBackend::poll_lost`] resolves if the hold is lost without being released. Requests
+/// of an owner of this member are identified by a local owner number from
+/// [`LockBackend::new_owner`]; the backend makes the cluster-wide [`OwnerId`] from it.
+///
+/// # The contract
+/// The conformance suite (`tests/` in the repository) checks it for every backend:
 ///
 /// - **Exclusion.** An exclusive hold excludes every other hold of the lock; shared holds
 ///   exclude exclusive ones. A backend that cannot be sure (a partitioned cluster member)

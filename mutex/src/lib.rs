@@ -48,11 +48,22 @@
 //! # }
 //! ```
 //!
+//! # The backend seam
+//! The front end (handles, guards, futures, events, handlers) is written once on
+//! [`LockBackend`], the trait every backend implements (see its documentation for the
+//! contract, and the conformance suite in the repository's `tests/` for its proof):
+//!
+//! - the **group backend**, which [`Node::builder`] starts: the cluster protocol over a
+//!   transport, described below;
+//! - the **local backend** ([`Node::local`], [`local`]): one process, no network, the same
+//!   semantics — what a unit test of code that takes Conclave locks runs on;
+//! - any other implementation, through [`Node::with_backend`].
+//!
 //! # How it runs
-//! Each [`Node`] owns one thread, `conclave-<name>`, running [`async_io::block_on`]: it
-//! receives datagrams, fires the protocol's timers and answers the grantor's messages. The
-//! public futures wait on [`event_listener`], so the same API works under tokio, smol,
-//! async-std or a plain `block_on`; the crate depends on no runtime.
+//! Each [`Node`] of the group backend owns one thread, `conclave-<name>`, that receives
+//! datagrams, fires the protocol's timers and answers the grantor's messages. The public
+//! futures are woken through the standard [`Waker`](std::task::Waker), so the same API works
+//! under tokio, smol, async-std or a plain `block_on`; the crate depends on no runtime.
 //!
 //! A lock request is registered in the protocol core on the future's first poll, from the
 //! caller's own task, which also sends the request datagram. The driver thread of the node

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 
 use crate::error::{LockError, UnlockError};
-use crate::event::{LockEvent, LockLostReason};
+use crate::event::{LockEvent, LockLostReason, UnexpectedGrant};
 use crate::ids::{MemberId, OwnerId, RequestId};
 use crate::lock::{FencingToken, LockMode, LockName};
 use crate::view::View;
@@ -90,6 +90,42 @@ impl LockLost {
 
 /// A handler called when a lock held on this member is lost.
 pub type LostHandler = Arc<dyn Fn(&LockLost) + Send + Sync + 'static>;
+
+/// A grant reached this member that its owner did not expect (the jgroups-raft "unexpected
+/// locking" case); what [`LockBackend::on_unexpected_lock`] handlers are told. The backend
+/// resolved it safely before reporting it: the owner holds nothing because of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnexpectedLock {
+    /// The lock.
+    pub name: LockName,
+    /// The owner the grant was for, if the member still knew the request.
+    pub owner: Option<OwnerId>,
+    /// The grant's fencing token.
+    pub token: FencingToken,
+    /// What was unexpected, and so how it was resolved.
+    pub reason: UnexpectedGrant,
+}
+
+impl UnexpectedLock {
+    /// A report of a grant of `name` with `token` for `owner`, unexpected for `reason`.
+    pub fn new(
+        name: LockName,
+        owner: Option<OwnerId>,
+        token: FencingToken,
+        reason: UnexpectedGrant,
+    ) -> Self {
+        Self {
+            name,
+            owner,
+            token,
+            reason,
+        }
+    }
+}
+
+/// A handler called when a grant reaches this member unexpectedly.
+pub type UnexpectedHandler = Arc<dyn Fn(&UnexpectedLock) + Send + Sync + 'static>;
 
 /// A lock held on a member, as [`LockBackend::holds`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,8 +277,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// A stream of this member's lock events; it ends at shutdown.
     fn events(&self) -> BoxStream<'static, LockEvent>;
 
-    /// Registers an unexpected-status handler (see [`LockLost`]).
+    /// Registers an unexpected-status handler for lost holds (see [`LockLost`]).
     fn on_lock_lost(&self, handler: LostHandler);
+
+    /// Registers an unexpected-status handler for grants nobody expected (see
+    /// [`UnexpectedLock`]). A backend that can never grant unexpectedly (one process) keeps
+    /// no handler.
+    fn on_unexpected_lock(&self, handler: UnexpectedHandler);
 
     /// The locks held on this member now.
     fn holds(&self) -> Vec<HeldLock>;

@@ -36,6 +36,39 @@ impl fmt::Display for LockLostReason {
     }
 }
 
+/// What was unexpected about a grant that reached a member: see
+/// [`UnexpectedLock`](crate::UnexpectedLock). In every case the member resolved it safely, and
+/// the owner holds nothing because of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum UnexpectedGrant {
+    /// The owner had given up the request (cancelled, timed out, or its future dropped) before
+    /// the grant arrived; the grant was released.
+    Withdrawn,
+    /// The grant came from a member that is not (or no longer) this member's grantor, e.g. a
+    /// former grantor after a failover or a partition; it was given back there, and the
+    /// request, if still wanted, waits for the current grantor.
+    NotGrantor,
+    /// A copy of a grant of a request that had ended long before (a stale message after a
+    /// partition); it was given back.
+    Stale,
+    /// Under `Majority`, the grant's lease ran out before it arrived (the grantor or this
+    /// member stalled); holding it would have been unsafe. It was given back and the request
+    /// asked again.
+    LeaseRanOut,
+}
+
+impl fmt::Display for UnexpectedGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UnexpectedGrant::Withdrawn => "the owner had given up the request",
+            UnexpectedGrant::NotGrantor => "it came from a member that is not the grantor",
+            UnexpectedGrant::Stale => "it was a stale copy of an ended request",
+            UnexpectedGrant::LeaseRanOut => "its lease ran out before it arrived",
+        })
+    }
+}
+
 /// Something that happened to a lock, as seen by one member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

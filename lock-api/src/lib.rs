@@ -28,9 +28,12 @@ mod transport;
 mod view;
 pub mod wire;
 
-pub use backend::{Acquire, HeldLock, LockBackend, LockLost, LockStatus, LostHandler};
+pub use backend::{
+    Acquire, HeldLock, LockBackend, LockLost, LockStatus, LostHandler, UnexpectedHandler,
+    UnexpectedLock,
+};
 pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
-pub use event::{LockEvent, LockLostReason};
+pub use event::{LockEvent, LockLostReason, UnexpectedGrant};
 pub use ids::{MemberId, OwnerId, RequestId};
 pub use lock::{FencingToken, LockMode, LockName};
 pub use transport::{BlockingRecv, Datagram, Transport};

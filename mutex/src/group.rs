@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use conclave_lock_api::{
     Acquire, FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLostReason, LockName,
-    LockStatus, LostHandler, MemberId, RequestId, UnlockError, View,
+    LockStatus, LostHandler, MemberId, RequestId, UnexpectedHandler, UnlockError, View,
 };
 use conclave_protocol::locking::{HoldStatus, LockRequest};
 use futures::stream::BoxStream;
@@ -298,6 +298,10 @@ impl LockBackend for Inner {
 
     fn on_lock_lost(&self, handler: LostHandler) {
         self.lock().handlers.push(handler);
+    }
+
+    fn on_unexpected_lock(&self, handler: UnexpectedHandler) {
+        self.lock().unexpected_handlers.push(handler);
     }
 
     fn holds(&self) -> Vec<HeldLock> {

@@ -45,7 +45,8 @@ use async_channel::Sender;
 use async_io::Timer;
 use conclave_lock_api::{
     Acquire, FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason,
-    LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId, UnlockError, View,
+    LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId, UnexpectedHandler,
+    UnlockError, View,
 };
 use futures::stream::BoxStream;
 
@@ -457,6 +458,11 @@ impl LockBackend for LocalBackend {
 
     fn on_lock_lost(&self, handler: LostHandler) {
         self.lock().handlers.push(handler);
+    }
+
+    fn on_unexpected_lock(&self, _handler: UnexpectedHandler) {
+        // One process grants only what its owners asked for and still wait for: a grant is
+        // never unexpected here.
     }
 
     fn holds(&self) -> Vec<HeldLock> {

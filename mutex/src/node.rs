@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_io::Timer;
 use conclave_lock_api::{
     HeldLock, LockBackend, LockEvent, LockLost, LockName, LockNameError, MemberId, MemberNameError,
-    Transport, View,
+    Transport, UnexpectedLock, View,
 };
 use conclave_protocol::locking::PartitionPolicy;
 use conclave_protocol::{Endpoint, EndpointConfig};
@@ -344,6 +344,18 @@ impl Node {
     /// back into the node from it.
     pub fn on_lock_lost(&self, handler: impl Fn(&LockLost) + Send + Sync + 'static) {
         self.backend.on_lock_lost(Arc::new(handler));
+    }
+
+    /// Registers an unexpected-status handler for grants: it is called, on whichever thread
+    /// noticed, when a grant reaches this node that its owner did not expect — the owner had
+    /// given the request up (cancelled, timed out, dropped) before the grant arrived, the grant
+    /// came from a member that is not the grantor any more, a stale copy of an ended request
+    /// arrived, or (under `Majority`) the grant's lease ran out in flight. The node has resolved
+    /// it safely before the call (released or given back, and asked again where the owner
+    /// still waits): nobody holds anything because of it. Each grant is reported once. Keep it
+    /// short and do not call back into the node from it.
+    pub fn on_unexpected_lock(&self, handler: impl Fn(&UnexpectedLock) + Send + Sync + 'static) {
+        self.backend.on_unexpected_lock(Arc::new(handler));
     }
 
     /// A distributed mutex for `name`. Each [`DistributedMutex::lock`] call is its own owner.

@@ -19,7 +19,8 @@ use std::thread::JoinHandle;
 use async_channel::Sender;
 use conclave_lock_api::{
     FencingToken, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName, LostHandler,
-    MemberId, OwnerId, RequestId, Transport, View,
+    MemberId, OwnerId, RequestId, Transport, UnexpectedGrant, UnexpectedHandler, UnexpectedLock,
+    View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
@@ -137,6 +138,7 @@ impl Inner {
             transmits,
             wake_driver,
             lost,
+            unexpected,
             node_changed,
         } = effects;
         for transmit in transmits {
@@ -151,6 +153,12 @@ impl Inner {
         }
         if node_changed {
             self.changed.notify(usize::MAX);
+        }
+        for (handler, report) in unexpected {
+            let call = std::panic::AssertUnwindSafe(|| handler(&report));
+            if std::panic::catch_unwind(call).is_err() {
+                tracing::error!(lock = %report.name, "an unexpected-lock handler panicked");
+            }
         }
         for (handler, event) in lost {
             // A panicking handler must not take the driver thread (and every waiter) down.
@@ -261,6 +269,7 @@ pub(crate) struct Effects {
     transmits: Vec<Transmit>,
     wake_driver: bool,
     lost: Vec<(LostHandler, LockLost)>,
+    unexpected: Vec<(UnexpectedHandler, UnexpectedLock)>,
     node_changed: bool,
 }
 
@@ -276,6 +285,7 @@ impl Effects {
         self.transmits.extend(later.transmits);
         self.wake_driver |= later.wake_driver;
         self.lost.extend(later.lost);
+        self.unexpected.extend(later.unexpected);
         self.node_changed |= later.node_changed;
     }
 }
@@ -292,6 +302,9 @@ pub(crate) struct Shared {
     view_subscribers: Vec<Sender<View>>,
     event_subscribers: Vec<Sender<LockEvent>>,
     pub(crate) handlers: Vec<LostHandler>,
+    pub(crate) unexpected_handlers: Vec<UnexpectedHandler>,
+    /// The unexpected grants reported lately, so that resent copies are reported once.
+    reported: std::collections::VecDeque<(RequestId, FencingToken)>,
     /// Woken when the driver has stopped.
     pub(crate) closed_wakers: Vec<Waker>,
 }
@@ -308,6 +321,8 @@ impl Shared {
             view_subscribers: Vec::new(),
             event_subscribers: Vec::new(),
             handlers: Vec::new(),
+            unexpected_handlers: Vec::new(),
+            reported: std::collections::VecDeque::new(),
             closed_wakers: Vec::new(),
         }
     }
@@ -460,6 +475,10 @@ impl Shared {
                     // Nobody waits for it any more: give it back.
                     debug!(%request, lock = %name, "grant without a waiter; releasing it");
                     let _ = self.endpoint.unlock(now, request);
+                    let owner = Some(self.owner_id(owner));
+                    let report =
+                        UnexpectedLock::new(name, owner, token, UnexpectedGrant::Withdrawn);
+                    self.unexpected(request, report, effects);
                 }
             },
             LockNotice::Queued {
@@ -496,6 +515,18 @@ impl Shared {
                     slot.wake();
                 }
             }
+            LockNotice::Unexpected {
+                request,
+                name,
+                owner,
+                token,
+                reason,
+            } => {
+                debug!(member = %self.endpoint.local(), lock = %name, %reason, "unexpected grant, resolved");
+                let owner = owner.map(|o| self.owner_id(o));
+                let report = UnexpectedLock::new(name, owner, token, reason);
+                self.unexpected(request, report, effects);
+            }
             LockNotice::Lost {
                 request,
                 name,
@@ -511,6 +542,25 @@ impl Shared {
                 self.lost(name, owner, token, reason, effects);
             }
         }
+    }
+
+    /// Reports an unexpected grant to the handlers, once per grant.
+    fn unexpected(&mut self, request: RequestId, report: UnexpectedLock, effects: &mut Effects) {
+        /// How many reported grants are remembered to drop their resent copies.
+        const REMEMBERED: usize = 256;
+        let key = (request, report.token);
+        if self.reported.contains(&key) {
+            return;
+        }
+        if self.reported.len() == REMEMBERED {
+            self.reported.pop_front();
+        }
+        self.reported.push_back(key);
+        effects.unexpected.extend(
+            self.unexpected_handlers
+                .iter()
+                .map(|h| (h.clone(), report.clone())),
+        );
     }
 
     fn lost(

@@ -271,3 +271,47 @@ fn dropping_a_node_does_not_block() {
         kept.leave().await;
     });
 }
+
+/// A grant that arrives after its owner gave the request up is released and reported to the
+/// unexpected-lock handlers, once, with the reason; the lock is free again afterwards.
+#[test]
+fn a_grant_after_the_owner_gave_up_is_reported_and_released() {
+    use conclave::UnexpectedGrant;
+
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "unexpected", 2).await;
+        let (grantor, member) = (&nodes[0], &nodes[1]);
+        let (reports, reported) = async_channel::unbounded();
+        member.on_unexpected_lock(move |report| {
+            let _ = reports.try_send(report.clone());
+        });
+        let held = within(WAIT, "lock", grantor.mutex("late").unwrap().lock())
+            .await
+            .unwrap();
+        let mut events = member.lock_events();
+        let mut request = Box::pin(member.mutex("late").unwrap().lock());
+        assert!(futures::poll!(request.as_mut()).is_pending());
+        within(WAIT, "queued", async {
+            while !matches!(events.next().await, Some(LockEvent::Waiting { .. })) {}
+        })
+        .await;
+        // From now on every datagram takes a while: the grant the release makes is on its way
+        // to the member when the member gives the request up.
+        network.set_delay(Duration::from_millis(20));
+        within(WAIT, "unlock", held.unlock()).await.unwrap();
+        drop(request);
+        let report = within(WAIT, "the report", reported.recv()).await.unwrap();
+        assert_eq!(report.reason, UnexpectedGrant::Withdrawn);
+        assert_eq!(report.name.as_str(), "late");
+        assert!(member.held_locks().is_empty(), "the member holds nothing");
+        let again = within(WAIT, "the lock is free again", async {
+            grantor.mutex("late").unwrap().lock_timeout(WAIT).await
+        })
+        .await
+        .unwrap();
+        assert!(again.fencing_token() > report.token);
+        assert!(reported.try_recv().is_err(), "reported once");
+        drop(again);
+    });
+}

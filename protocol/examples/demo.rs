@@ -371,9 +371,11 @@ fn spawn_member(
                             LockNotice::Granted { request, .. }
                             | LockNotice::Refused { request, .. }
                             | LockNotice::Lost { request, .. } => *request,
-                            // Acknowledged unlocks and queue places are not part of the
-                            // transcript.
-                            LockNotice::Released { .. } | LockNotice::Queued { .. } => continue,
+                            // Acknowledged unlocks, queue places and resolved unexpected
+                            // grants are not part of the transcript.
+                            LockNotice::Released { .. }
+                            | LockNotice::Queued { .. }
+                            | LockNotice::Unexpected { .. } => continue,
                         };
                         if let Some(tx) = waiting.get(&request) {
                             let _ = tx.send(notice);

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
 use conclave_lock_api::{
-    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
+    UnexpectedGrant, View,
 };
 use tracing::debug;
 
@@ -458,6 +459,12 @@ impl Client {
                     // or it stays in that member's table for ever. The request, if still
                     // pending, waits for our grantor.
                     debug!(%from, %request, "grant from a member that is not our grantor; releasing it there");
+                    notices.push_back(self.unexpected(
+                        request,
+                        &name,
+                        token,
+                        UnexpectedGrant::NotGrantor,
+                    ));
                     self.note_given_back(from, request, token);
                     out.push_back((from.clone(), self.give_back(request, name, token)));
                     return;
@@ -470,12 +477,24 @@ impl Client {
                 }
                 if self.cancelled.contains_key(&request) {
                     // A grant our cancel will release.
+                    notices.push_back(self.unexpected(
+                        request,
+                        &name,
+                        token,
+                        UnexpectedGrant::Withdrawn,
+                    ));
                     return;
                 }
                 if !self.pending.contains_key(&request) {
                     // A request we finished long ago, delivered again (a stale copy after a
                     // partition): give the grant back so the grantor's table does not keep it.
                     debug!(%request, lock = %name, "grant of a finished request; releasing it");
+                    notices.push_back(self.unexpected(
+                        request,
+                        &name,
+                        token,
+                        UnexpectedGrant::Stale,
+                    ));
                     out.push_back((from.clone(), self.give_back(request, name, token)));
                     return;
                 }
@@ -489,6 +508,12 @@ impl Client {
                             // this member stalled): holding it would be unsafe. Release it
                             // and ask again; the request stays pending.
                             debug!(%request, lock = %name, "grant arrived after its lease; asking again");
+                            notices.push_back(self.unexpected(
+                                request,
+                                &name,
+                                token,
+                                UnexpectedGrant::LeaseRanOut,
+                            ));
                             self.note_given_back(from, request, token);
                             out.push_back((from.clone(), self.give_back(request, name, token)));
                             if let Some(pending) = self.pending.get(&request).cloned() {
@@ -630,6 +655,28 @@ impl Client {
     }
 
     /// The release of a grant this member does not want.
+    /// The notice of a grant that reached this member unexpectedly, resolved for `reason`.
+    fn unexpected(
+        &self,
+        request: RequestId,
+        name: &LockName,
+        token: FencingToken,
+        reason: UnexpectedGrant,
+    ) -> LockNotice {
+        let owner = self
+            .pending
+            .get(&request)
+            .map(|p| p.owner)
+            .or_else(|| self.held.get(&request).map(|h| h.owner));
+        LockNotice::Unexpected {
+            request,
+            name: name.clone(),
+            owner,
+            token,
+            reason,
+        }
+    }
+
     fn give_back(&self, request: RequestId, name: LockName, token: FencingToken) -> LockMessage {
         LockMessage::Unlock {
             request,

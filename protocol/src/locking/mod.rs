@@ -41,7 +41,8 @@ use std::time::Duration;
 
 use conclave_lock_api::wire::{LeaseBeat, LockMessage};
 use conclave_lock_api::{
-    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
+    UnexpectedGrant, View,
 };
 use thiserror::Error;
 use tracing::{debug, info};
@@ -159,6 +160,20 @@ pub enum LockNotice {
     Released {
         /// The request that had acquired the lock.
         request: RequestId,
+    },
+    /// A grant reached this member that its owner did not expect; it was resolved safely
+    /// (given back, or released by the owner's cancel) and is reported for the record.
+    Unexpected {
+        /// The request it was granted to.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The local owner of the request, if this member still knows it.
+        owner: Option<u64>,
+        /// The grant's fencing token.
+        token: FencingToken,
+        /// What was unexpected about it.
+        reason: UnexpectedGrant,
     },
     /// A held lock was lost without its owner releasing it.
     Lost {

@@ -36,8 +36,8 @@ fn drive(
             for (endpoint, transport) in nodes.iter_mut() {
                 while let Some(t) = endpoint.poll_transmit() {
                     let _ = match t.destination {
-                        Destination::Member(addr) => transport.send_to(addr, &t.bytes).await,
-                        Destination::Discovery => transport.send_discovery(&t.bytes).await,
+                        Destination::Member(addr) => transport.send_to(addr, &t.bytes),
+                        Destination::Discovery => transport.send_discovery(&t.bytes),
                     };
                 }
                 while endpoint.poll_event().is_some() {}

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 #[cfg(unix)]
-use conclave_lock_api::BlockingRecv;
+use conclave_lock_api::{wake::WakePipe, BlockingRecv};
 use conclave_lock_api::{Datagram, Transport};
 use event_listener::Event;
 use futures::future::{select, Either};
@@ -52,7 +52,7 @@ pub struct UdpMulticast {
     closing: Event,
     /// Wakes a thread blocked in [`BlockingRecv::recv_blocking`].
     #[cfg(unix)]
-    doorbell: Doorbell,
+    doorbell: WakePipe,
 }
 
 impl UdpMulticast {
@@ -100,7 +100,7 @@ impl UdpMulticast {
             closed: AtomicBool::new(false),
             closing: Event::new(),
             #[cfg(unix)]
-            doorbell: Doorbell::new()?,
+            doorbell: WakePipe::new()?,
         })
     }
 
@@ -256,7 +256,7 @@ impl BlockingRecv for UdpMulticast {
         let mut fds = [
             rustix::event::PollFd::new(self.unicast.get_ref(), readable),
             rustix::event::PollFd::new(self.multicast.get_ref(), readable),
-            rustix::event::PollFd::new(&self.doorbell.read, readable),
+            rustix::event::PollFd::from_borrowed_fd(self.doorbell.read_end(), readable),
         ];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -281,43 +281,4 @@ impl BlockingRecv for UdpMulticast {
 /// The error of sends and receives after [`Transport::close`].
 fn closed() -> io::Error {
     io::Error::new(ErrorKind::NotConnected, "the UDP transport is closed")
-}
-
-/// A non-blocking pipe: a byte written wakes a `poll` on its read end.
-#[cfg(unix)]
-#[derive(Debug)]
-struct Doorbell {
-    read: rustix::fd::OwnedFd,
-    write: rustix::fd::OwnedFd,
-}
-
-#[cfg(unix)]
-impl Doorbell {
-    fn new() -> io::Result<Self> {
-        let (read, write) = rustix::pipe::pipe()?;
-        for fd in [&read, &write] {
-            rustix::io::ioctl_fionbio(fd, true)?;
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
-        }
-        Ok(Self { read, write })
-    }
-
-    /// Makes the read end readable (a full pipe already is).
-    fn ring(&self) {
-        if let Err(errno) = rustix::io::write(&self.write, &[1]) {
-            if errno != rustix::io::Errno::AGAIN {
-                debug!(%errno, "could not ring the doorbell");
-            }
-        }
-    }
-
-    /// Empties the pipe.
-    fn answer(&self) {
-        let mut buf = [0u8; 64];
-        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
-            if n < buf.len() {
-                break;
-            }
-        }
-    }
 }

@@ -138,7 +138,8 @@ impl UdpMulticast {
     }
 
     /// Takes one datagram from either socket if one is waiting. An empty datagram (no
-    /// Conclave datagram is empty) is consumed and reported as `Some(None)`.
+    /// Conclave datagram is empty) and one of our own (discovery looped back) are consumed and
+    /// reported as `Some(None)`.
     ///
     /// # Errors
     /// `NotConnected` once the transport is closed; an error of the sockets.
@@ -148,7 +149,11 @@ impl UdpMulticast {
         }
         for socket in [&self.unicast, &self.multicast] {
             if let Some(datagram) = self.try_recv(socket)? {
-                return Ok(Some((!datagram.bytes.is_empty()).then_some(datagram)));
+                // The multicast loop brings our own discovery datagrams back: not for us.
+                let ours = datagram.from == self.local;
+                return Ok(Some(
+                    (!datagram.bytes.is_empty() && !ours).then_some(datagram),
+                ));
             }
         }
         Ok(None)

@@ -157,7 +157,7 @@
 //! let a = TcpMesh::loopback([])?;
 //! let b = TcpMesh::loopback([a.local_addr()])?;
 //! block_on(async {
-//!     b.send_discovery(b"hello").await?;
+//!     b.send_discovery(b"hello")?;
 //!     // `a` receives while `b` drives its connect and flush; bounded by a timer.
 //!     let both = select(a.recv(), b.recv());
 //!     match select(both, Timer::after(Duration::from_secs(5))).await {

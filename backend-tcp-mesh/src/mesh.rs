@@ -154,29 +154,26 @@ impl Transport for TcpMesh {
         self.max_frame
     }
 
-    /// Sends one frame to the member listening at `to`, dialling it if needed. Never waits:
-    /// the frame is written if the socket takes it, queued otherwise, and dropped (with `Ok`)
+    /// Sends one frame to the member listening at `to`, dialling it if needed. Never blocks
+    /// and never waits (see the trait's send contract): the frame is written if the socket
+    /// takes it, put in the member's bounded queue otherwise (which the receive side, or
+    /// `close`, flushes), and dropped (with `Ok`, counted in [`TcpStats`])
     /// if the member's queue is full, the mesh's budget of queued bytes
     /// ([`TcpConfig::max_queued_bytes`](crate::TcpConfig::max_queued_bytes)) would be
     /// exceeded, or the member's address is in reconnect backoff.
     ///
-    /// # Cancel safety
-    /// Cancel-safe: it never waits, so it completes at its first poll.
-    ///
     /// # Errors
     /// `InvalidInput` if `bytes` is longer than `max_frame`; `NotConnected` after `close`.
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
         self.lock().send(to, bytes, Instant::now())
     }
 
-    /// Sends one frame to every seed and every member with a connection, never to ourselves.
-    ///
-    /// # Cancel safety
-    /// As [`Transport::send_to`].
+    /// Sends one frame to every seed and every member with a connection, never to ourselves;
+    /// each as [`Transport::send_to`] does.
     ///
     /// # Errors
     /// As [`Transport::send_to`].
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
         self.lock().send_discovery(bytes, Instant::now())
     }
 

@@ -54,7 +54,7 @@ fn datagrams_flow_both_ways_with_the_senders_listen_address() {
     }
 
     let too_big = vec![0; 65_536];
-    let error = run(LIMIT, "send", a.mesh.send_to(b.addr(), &too_big)).unwrap_err();
+    let error = a.mesh.send_to(b.addr(), &too_big).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidInput);
 
     assert!(eventually(LIMIT, || {
@@ -143,18 +143,10 @@ fn simultaneous_connects_leave_one_connection_and_lose_nothing() {
             // connection to the other when it starts.
             let a = TcpMesh::loopback([]).unwrap();
             let b = TcpMesh::loopback([]).unwrap();
-            run(
-                LIMIT,
-                "send",
-                a.send_to(b.local_addr(), format!("{round} a 0").as_bytes()),
-            )
-            .unwrap();
-            run(
-                LIMIT,
-                "send",
-                b.send_to(a.local_addr(), format!("{round} b 0").as_bytes()),
-            )
-            .unwrap();
+            a.send_to(b.local_addr(), format!("{round} a 0").as_bytes())
+                .unwrap();
+            b.send_to(a.local_addr(), format!("{round} b 0").as_bytes())
+                .unwrap();
             (Pump::new(a), Pump::new(b))
         } else {
             // Both running; the sends race.
@@ -310,7 +302,7 @@ fn close_flushes_queued_frames_then_sends_eof() {
 
     let a = TcpMesh::loopback([]).unwrap();
     // Nothing drives `a` yet, so the connect is pending and the frame waits in the queue.
-    run(LIMIT, "send", a.send_to(peer, b"last words")).unwrap();
+    a.send_to(peer, b"last words").unwrap();
     assert!(a.stats().queued_bytes > 0, "{:?}", a.stats());
     run(LIMIT, "close", a.close());
 
@@ -322,7 +314,7 @@ fn close_flushes_queued_frames_then_sends_eof() {
     assert_eq!(got[1], b"last words");
     assert_eq!(a.stats().dropped_in_flight, 0);
 
-    let error = run(LIMIT, "send", a.send_to(peer, b"too late")).unwrap_err();
+    let error = a.send_to(peer, b"too late").unwrap_err();
     assert_eq!(error.kind(), ErrorKind::NotConnected);
     let error = run(LIMIT, "recv", a.recv()).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::NotConnected);

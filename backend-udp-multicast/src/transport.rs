@@ -3,6 +3,7 @@
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, UdpSocket};
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use async_io::Async;
@@ -11,8 +12,10 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 #[cfg(unix)]
-use conclave_lock_api::BlockingRecv;
+use conclave_lock_api::{wake::WakePipe, BlockingRecv};
 use conclave_lock_api::{Datagram, Transport};
+use event_listener::Event;
+use futures::future::{select, Either};
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
 
@@ -24,6 +27,17 @@ const RECEIVE_BUFFER: usize = 65_536;
 /// A [`Transport`] over UDP: unicast datagrams between members, multicast for discovery.
 ///
 /// Sockets are driven by `async-io`'s reactor, so the transport works under any async runtime.
+///
+/// # Sends
+/// A send is one non-blocking `sendto(2)` on the unicast socket, from the caller's thread.
+/// When the socket's send buffer is full the datagram is dropped and the send fails with
+/// `WouldBlock`; the protocol retransmits. Datagrams longer than
+/// [`UdpConfig::max_datagram`] are refused with `InvalidInput`.
+///
+/// # Close
+/// [`Transport::close`] marks the transport closed: sends then fail with `NotConnected` and
+/// receives (pending ones included) end with `NotConnected`. The sockets themselves close
+/// when the transport is dropped.
 #[derive(Debug)]
 pub struct UdpMulticast {
     unicast: Async<UdpSocket>,
@@ -32,9 +46,13 @@ pub struct UdpMulticast {
     local: SocketAddr,
     max_datagram: usize,
     scratch: Mutex<Vec<u8>>,
+    /// [`Transport::close`] was called.
+    closed: AtomicBool,
+    /// Notified by [`Transport::close`], to end a pending [`Transport::recv`].
+    closing: Event,
     /// Wakes a thread blocked in [`BlockingRecv::recv_blocking`].
     #[cfg(unix)]
-    doorbell: Doorbell,
+    doorbell: WakePipe,
 }
 
 impl UdpMulticast {
@@ -79,8 +97,10 @@ impl UdpMulticast {
             local,
             max_datagram: config.max_datagram,
             scratch: Mutex::new(vec![0; RECEIVE_BUFFER]),
+            closed: AtomicBool::new(false),
+            closing: Event::new(),
             #[cfg(unix)]
-            doorbell: Doorbell::new()?,
+            doorbell: WakePipe::new()?,
         })
     }
 
@@ -97,12 +117,43 @@ impl UdpMulticast {
         self.group
     }
 
+    /// Sends one datagram without blocking: see [`UdpMulticast`]'s `# Sends`.
+    fn send(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed());
+        }
+        if bytes.len() > self.max_datagram {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "datagram of {} bytes is above max_datagram {}",
+                    bytes.len(),
+                    self.max_datagram
+                ),
+            ));
+        }
+        // The socket is non-blocking (async-io made it so): a full send buffer is
+        // `WouldBlock`, and the datagram is dropped.
+        self.unicast.get_ref().send_to(bytes, to).map(|_| ())
+    }
+
     /// Takes one datagram from either socket if one is waiting. An empty datagram (no
-    /// Conclave datagram is empty) is consumed and reported as `Some(None)`.
+    /// Conclave datagram is empty) and one of our own (discovery looped back) are consumed and
+    /// reported as `Some(None)`.
+    ///
+    /// # Errors
+    /// `NotConnected` once the transport is closed; an error of the sockets.
     fn try_recv_any(&self) -> io::Result<Option<Option<Datagram>>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed());
+        }
         for socket in [&self.unicast, &self.multicast] {
             if let Some(datagram) = self.try_recv(socket)? {
-                return Ok(Some((!datagram.bytes.is_empty()).then_some(datagram)));
+                // The multicast loop brings our own discovery datagrams back: not for us.
+                let ours = datagram.from == self.local;
+                return Ok(Some(
+                    (!datagram.bytes.is_empty() && !ours).then_some(datagram),
+                ));
             }
         }
         Ok(None)
@@ -145,16 +196,28 @@ impl Transport for UdpMulticast {
         self.max_datagram
     }
 
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
-        self.unicast.send_to(bytes, to).await.map(|_| ())
+    /// One non-blocking `sendto(2)`: see [`UdpMulticast`]'s `# Sends`.
+    ///
+    /// # Errors
+    /// `WouldBlock` (dropped: the send buffer is full), `InvalidInput` (too long),
+    /// `NotConnected` (closed), or another error of the system call.
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.send(to, bytes)
     }
 
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
-        self.unicast.send_to(bytes, self.group).await.map(|_| ())
+    /// One non-blocking `sendto(2)` to the group; the multicast loop brings it to the other
+    /// members on this host, and this member's unicast socket never hears it.
+    ///
+    /// # Errors
+    /// As [`Transport::send_to`].
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.send(self.group, bytes)
     }
 
     async fn recv(&self) -> io::Result<Datagram> {
         loop {
+            // Listen first, then look: a close between the two is not missed.
+            let closing = self.closing.listen();
             match self.try_recv_any()? {
                 Some(Some(datagram)) => return Ok(datagram),
                 Some(None) => continue,
@@ -162,11 +225,20 @@ impl Transport for UdpMulticast {
             }
             let unicast = pin!(self.unicast.readable());
             let multicast = pin!(self.multicast.readable());
-            match futures::future::select(unicast, multicast).await {
-                futures::future::Either::Left((ready, _))
-                | futures::future::Either::Right((ready, _)) => ready?,
+            match select(closing, select(unicast, multicast)).await {
+                Either::Left(((), _)) => {}
+                Either::Right((Either::Left((ready, _)) | Either::Right((ready, _)), _)) => ready?,
             }
         }
+    }
+
+    /// Marks the transport closed and wakes its receivers: see [`UdpMulticast`]'s `# Close`.
+    async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.closing.notify(usize::MAX);
+        #[cfg(unix)]
+        self.doorbell.ring();
+        debug!(local = %self.local, "UDP transport closed");
     }
 
     #[cfg(unix)]
@@ -189,7 +261,7 @@ impl BlockingRecv for UdpMulticast {
         let mut fds = [
             rustix::event::PollFd::new(self.unicast.get_ref(), readable),
             rustix::event::PollFd::new(self.multicast.get_ref(), readable),
-            rustix::event::PollFd::new(&self.doorbell.read, readable),
+            rustix::event::PollFd::from_borrowed_fd(self.doorbell.read_end(), readable),
         ];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -211,41 +283,7 @@ impl BlockingRecv for UdpMulticast {
     }
 }
 
-/// A non-blocking pipe: a byte written wakes a `poll` on its read end.
-#[cfg(unix)]
-#[derive(Debug)]
-struct Doorbell {
-    read: rustix::fd::OwnedFd,
-    write: rustix::fd::OwnedFd,
-}
-
-#[cfg(unix)]
-impl Doorbell {
-    fn new() -> io::Result<Self> {
-        let (read, write) = rustix::pipe::pipe()?;
-        for fd in [&read, &write] {
-            rustix::io::ioctl_fionbio(fd, true)?;
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
-        }
-        Ok(Self { read, write })
-    }
-
-    /// Makes the read end readable (a full pipe already is).
-    fn ring(&self) {
-        if let Err(errno) = rustix::io::write(&self.write, &[1]) {
-            if errno != rustix::io::Errno::AGAIN {
-                debug!(%errno, "could not ring the doorbell");
-            }
-        }
-    }
-
-    /// Empties the pipe.
-    fn answer(&self) {
-        let mut buf = [0u8; 64];
-        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
-            if n < buf.len() {
-                break;
-            }
-        }
-    }
+/// The error of sends and receives after [`Transport::close`].
+fn closed() -> io::Error {
+    io::Error::new(ErrorKind::NotConnected, "the UDP transport is closed")
 }

@@ -8,7 +8,9 @@
 //! - the wire format ([`wire`]): every protocol message as a serde type, encoded as CBOR inside a
 //!   versioned envelope that names the protocol version and the cluster;
 //! - the [`Transport`] trait a membership backend implements and the [`LockBackend`] trait the
-//!   front end drives.
+//!   front end drives;
+//! - with the feature `wake` (Unix), [`wake::WakePipe`], the wake-up pipe of the backends'
+//!   blocking receives.
 //!
 //! ```
 //! use conclave_lock_api::{LockName, LockNameError};
@@ -26,6 +28,8 @@ mod ids;
 mod lock;
 mod transport;
 mod view;
+#[cfg(all(unix, feature = "wake"))]
+pub mod wake;
 pub mod wire;
 
 pub use backend::{

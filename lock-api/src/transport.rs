@@ -24,28 +24,74 @@ pub struct Datagram {
 /// Implementations: `conclave-udp` (multicast discovery, unicast datagrams), `conclave-tcp`
 /// (seed-list discovery, one connection per member pair) and the in-memory transport of
 /// `conclave` for tests.
+///
+/// # Send contract
+/// [`Transport::send_to`] and [`Transport::send_discovery`] are plain functions: they never
+/// block the calling thread and never wait for anything (not for the network, not for a
+/// receiver, not for another caller beyond a short critical section). When one returns, the
+/// datagram has been
+/// - handed to the kernel (a datagram socket's send buffer, a connected stream), or
+/// - put in a bounded queue of the backend, which its receive side (or `close`) drains, or
+/// - dropped.
+///
+/// A backend that drops a datagram says so: by an error (`WouldBlock` when a buffer or queue
+/// is full now, `NotConnected` after [`Transport::close`]) or, where its documentation says
+/// so, by a counter in its statistics with `Ok(())`. Dropping is allowed because the protocol
+/// above treats every send as possibly lost and retransmits; callers log the error and move
+/// on, they never retry in a loop. A datagram longer than [`Transport::max_datagram_size`]
+/// is refused with `InvalidInput` and nothing is sent.
+///
+/// Sends may be called from any thread, concurrently, including from inside a user's async
+/// task (they never stall its executor) and from `Drop` (they never block or spawn).
+///
+/// # Receive contract
+/// Datagrams come out of [`Transport::recv`] (async, cancel-safe: a call dropped before it
+/// completes loses nothing) and, where the backend has one, the blocking receive of
+/// [`Transport::blocking`]. The node's driver is the only receiver; it keeps a receive
+/// pending at all times, which also drives backends that do their work inside the receive
+/// (connects, queued writes). [`Transport::close`] ends the member's use of the transport:
+/// receives then end with an error, sends fail or are dropped.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
     /// The address other members reach this one at; it becomes part of the [`crate::MemberId`].
     fn local_addr(&self) -> SocketAddr;
 
     /// The largest datagram, in bytes, that [`Transport::send_to`] carries whole. The reliable
-    /// layer fragments messages above it.
+    /// layer fragments messages above it; the backends refuse larger datagrams with
+    /// `InvalidInput`.
     fn max_datagram_size(&self) -> usize;
 
-    /// Sends one datagram to one member. Errors are reported, but the protocol treats every
-    /// send as possibly lost, so a transient error may also be swallowed by the backend.
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()>;
+    /// Sends one datagram to one member, without blocking or waiting: see the
+    /// [send contract](Transport#send-contract).
+    ///
+    /// # Errors
+    /// `InvalidInput` if `bytes` is longer than [`Transport::max_datagram_size`];
+    /// `WouldBlock` if the datagram was dropped because the kernel or the backend could not
+    /// take it now; `NotConnected` after [`Transport::close`]; any other error of the system
+    /// call. The datagram is not sent in any of these cases, and the caller does not retry:
+    /// the protocol retransmits.
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()>;
 
-    /// Sends one datagram to the discovery channel: the multicast group, or every seed and
-    /// known member of a TCP mesh.
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()>;
+    /// Sends one datagram to the discovery channel (the multicast group, or every seed and
+    /// known member of a TCP mesh), without blocking or waiting: see the
+    /// [send contract](Transport#send-contract). Never delivered back to the sender.
+    ///
+    /// # Errors
+    /// As [`Transport::send_to`].
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()>;
 
     /// Waits for the next datagram addressed to this member or to the discovery channel.
     ///
     /// The node's driver is the only caller, one call at a time; a call may be dropped before
     /// it completes (the driver also waits on timers and commands), so it must not lose a
     /// datagram it has not returned.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as said above: required of every implementation.
+    ///
+    /// # Errors
+    /// An error of the sockets; `NotConnected` once the transport is closed (or its network
+    /// is gone).
     async fn recv(&self) -> io::Result<Datagram>;
 
     /// A receive that blocks the calling thread, if the backend has one; `None` (the default)
@@ -60,8 +106,10 @@ pub trait Transport: Send + Sync + 'static {
     }
 
     /// Closes the transport once the member has left: flushes what is queued (within a short
-    /// bound) and closes connections cleanly. Sends after `close` may fail. The default does
-    /// nothing, which suits datagram sockets.
+    /// bound) and closes connections cleanly. Sends after `close` fail or are dropped; a
+    /// pending or later [`Transport::recv`] ends (with an error) where the backend can tell.
+    /// The default does nothing, which suits datagram sockets: the member's leave is the
+    /// protocol's business, and the socket closes when the transport is dropped.
     async fn close(&self) {}
 }
 

@@ -91,10 +91,6 @@ impl Driver {
         let mut input = Input::Join;
         while !self.step(input) {
             input = match self.commands.try_recv() {
-                Ok(Command::Send(send)) => {
-                    async_io::block_on(send);
-                    Input::Nothing
-                }
                 Ok(command) => command_input(Some(command)),
                 Err(TryRecvError::Closed) => command_input(None),
                 Err(TryRecvError::Empty) => {
@@ -153,13 +149,7 @@ impl Driver {
             }
             let command = pin!(self.commands.recv());
             input = match select(command, select(&mut recv, &mut timer)).await {
-                Either::Left((command, _)) => match command.ok() {
-                    Some(Command::Send(send)) => {
-                        send.await;
-                        Input::Nothing
-                    }
-                    command => command_input(command),
-                },
+                Either::Left((command, _)) => command_input(command.ok()),
                 Either::Right((Either::Left((result, _)), _)) => {
                     recv = transport.recv();
                     match result {
@@ -247,10 +237,10 @@ fn received(datagram: Datagram) -> Vec<u8> {
     datagram.bytes
 }
 
-/// The input a command makes (sends are finished by the caller).
+/// The input a command makes.
 fn command_input(command: Option<Command>) -> Input {
     match command {
-        Some(Command::Flush | Command::Send(_)) => Input::Nothing,
+        Some(Command::Flush) => Input::Nothing,
         // The sender lives in `inner`, which this thread holds: `None` cannot happen, but
         // would mean the same as a shutdown.
         Some(Command::Shutdown) | None => Input::Shutdown,

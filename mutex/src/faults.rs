@@ -145,20 +145,20 @@ impl<T: Transport> Transport for Faulty<T> {
         self.inner.max_datagram_size()
     }
 
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
         if self.faults.reachable(self.local_addr(), to) {
-            self.inner.send_to(to, bytes).await
+            self.inner.send_to(to, bytes)
         } else {
             Ok(())
         }
     }
 
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
         // Receivers filter discovery by sender; an isolated node's is dropped here already.
         if self.faults.table().isolated.contains(&self.local_addr()) {
             return Ok(());
         }
-        self.inner.send_discovery(bytes).await
+        self.inner.send_discovery(bytes)
     }
 
     async fn recv(&self) -> io::Result<Datagram> {
@@ -188,15 +188,15 @@ mod tests {
         );
         faults.partition(&[&[a.local_addr()], &[b.local_addr(), c.local_addr()]]);
         smol::block_on(async {
-            a.send_to(b.local_addr(), b"cut").await.unwrap();
-            c.send_to(b.local_addr(), b"same side").await.unwrap();
+            a.send_to(b.local_addr(), b"cut").unwrap();
+            c.send_to(b.local_addr(), b"same side").unwrap();
             assert_eq!(b.recv().await.unwrap().bytes, b"same side");
             faults.heal();
-            a.send_to(b.local_addr(), b"healed").await.unwrap();
+            a.send_to(b.local_addr(), b"healed").unwrap();
             assert_eq!(b.recv().await.unwrap().bytes, b"healed");
             faults.isolate(a.local_addr());
-            a.send_discovery(b"gone").await.unwrap();
-            c.send_discovery(b"here").await.unwrap();
+            a.send_discovery(b"gone").unwrap();
+            c.send_discovery(b"here").unwrap();
             let got = b.recv().await.unwrap();
             assert_eq!((got.from, &got.bytes[..]), (c.local_addr(), &b"here"[..]));
         });

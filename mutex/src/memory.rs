@@ -1,7 +1,8 @@
 //! An in-memory [`Transport`]: many nodes in one process, no sockets, with fault injection.
 //!
 //! A [`MemoryNetwork`] hands out [`MemoryTransport`]s with fake loopback addresses
-//! (`127.0.0.1:<n>`). Datagrams travel over unbounded [`async_channel`]s; the discovery channel
+//! (`127.0.0.1:<n>`). A send delivers the datagram at once into the receiver's inbox (an
+//! unbounded queue: sends never block and never fail for lack of room); the discovery channel
 //! reaches every other transport of the network. Tests use the hooks to make a node vanish
 //! ([`MemoryNetwork::isolate`]), split the cluster ([`MemoryNetwork::partition`]), slow every
 //! datagram down ([`MemoryNetwork::set_delay`]) and [`MemoryNetwork::heal`] it again.
@@ -13,8 +14,8 @@
 //! let network = MemoryNetwork::new();
 //! let a = network.transport();
 //! let b = network.transport();
+//! a.send_to(b.local_addr(), b"hello")?;
 //! smol::block_on(async {
-//!     a.send_to(b.local_addr(), b"hello").await?;
 //!     let datagram = b.recv().await?;
 //!     assert_eq!((datagram.from, &datagram.bytes[..]), (a.local_addr(), &b"hello"[..]));
 //!     Ok::<(), std::io::Error>(())
@@ -22,15 +23,17 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use async_channel::{Receiver, Sender};
+use async_io::Timer;
 use async_trait::async_trait;
 use conclave_lock_api::{Datagram, Transport};
+use event_listener::Event;
+use futures::future::select;
 use tracing::trace;
 
 use crate::faults::Reachability;
@@ -51,9 +54,9 @@ pub struct MemoryNetwork {
 #[derive(Debug, Default)]
 struct NetState {
     next_port: u16,
-    inboxes: BTreeMap<SocketAddr, Sender<Datagram>>,
+    inboxes: BTreeMap<SocketAddr, Arc<Inbox>>,
     reach: Reachability,
-    /// One-way delay of every datagram (reachability is judged when it arrives).
+    /// One-way delay of every datagram (reachability is judged when it is sent).
     delay: Duration,
     delivered: u64,
     dropped: u64,
@@ -71,7 +74,8 @@ impl NetState {
                 from,
                 bytes: bytes.to_vec(),
             };
-            if inbox.try_send(datagram).is_ok() {
+            let due = (!self.delay.is_zero()).then(|| Instant::now() + self.delay);
+            if inbox.push(due, datagram) {
                 self.delivered += 1;
             }
         }
@@ -86,12 +90,12 @@ impl MemoryNetwork {
 
     /// A new transport on this network, at the next free fake address `127.0.0.1:<n>`.
     pub fn transport(&self) -> MemoryTransport {
-        let (sender, inbox) = async_channel::unbounded();
+        let inbox = Arc::new(Inbox::default());
         let mut state = self.lock();
         let port = FIRST_PORT + state.next_port;
         state.next_port += 1;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        state.inboxes.insert(addr, sender);
+        state.inboxes.insert(addr, Arc::clone(&inbox));
         MemoryTransport {
             addr,
             inbox,
@@ -116,8 +120,10 @@ impl MemoryNetwork {
         self.lock().reach.partition(groups);
     }
 
-    /// Delays every datagram sent from now on by `delay` (zero: deliver at once). Datagrams
-    /// sent close together may arrive out of order; the protocol copes.
+    /// Delays every datagram sent from now on by `delay` (zero: deliver at once). The send
+    /// itself does not wait: the datagram enters the receiver's inbox stamped with the time it
+    /// is due, and the receiver does not return it earlier. Each inbox stays in sending order
+    /// (after the delay is lowered, a datagram waits for the older ones ahead of it).
     pub fn set_delay(&self, delay: Duration) {
         self.lock().delay = delay;
     }
@@ -139,12 +145,31 @@ impl MemoryNetwork {
     }
 }
 
-/// One node's attachment to a [`MemoryNetwork`]. Dropping it detaches the address.
+/// One node's attachment to a [`MemoryNetwork`]. Dropping or closing it detaches the address.
+///
+/// Sends deliver directly into the receiver's inbox, which has no bound; datagrams to an
+/// address nobody holds are dropped. After [`Transport::close`] sends fail with
+/// `NotConnected`, and receives (pending ones included) end with `NotConnected`.
 #[derive(Debug)]
 pub struct MemoryTransport {
     addr: SocketAddr,
-    inbox: Receiver<Datagram>,
+    inbox: Arc<Inbox>,
     network: MemoryNetwork,
+}
+
+impl MemoryTransport {
+    fn check_send(&self, bytes: &[u8]) -> io::Result<()> {
+        if self.inbox.lock().closed {
+            return Err(closed());
+        }
+        if bytes.len() > MAX_DATAGRAM {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("datagram of {} bytes is above {MAX_DATAGRAM}", bytes.len()),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -157,14 +182,14 @@ impl Transport for MemoryTransport {
         MAX_DATAGRAM
     }
 
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
-        self.network.wait_delay().await;
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.check_send(bytes)?;
         self.network.lock().deliver(self.addr, to, bytes);
         Ok(())
     }
 
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
-        self.network.wait_delay().await;
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.check_send(bytes)?;
         let mut state = self.network.lock();
         let others: Vec<SocketAddr> = state
             .inboxes
@@ -179,20 +204,39 @@ impl Transport for MemoryTransport {
     }
 
     async fn recv(&self) -> io::Result<Datagram> {
-        self.inbox
-            .recv()
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::NotConnected, "memory network closed"))
-    }
-}
-
-impl MemoryNetwork {
-    /// Waits out the configured delay, if any (the state lock is not held meanwhile).
-    async fn wait_delay(&self) {
-        let delay = self.lock().delay;
-        if !delay.is_zero() {
-            async_io::Timer::after(delay).await;
+        loop {
+            // Listen first, then look: a datagram pushed between the two is not missed.
+            let listener = self.inbox.arrived.listen();
+            let due = {
+                let mut queue = self.inbox.lock();
+                if queue.closed {
+                    return Err(closed());
+                }
+                match queue.datagrams.pop_front() {
+                    Some((Some(at), datagram)) if at > Instant::now() => {
+                        // Not due yet: it stays first in line.
+                        queue.datagrams.push_front((Some(at), datagram));
+                        Some(at)
+                    }
+                    Some((_, datagram)) => return Ok(datagram),
+                    None => None,
+                }
+            };
+            match due {
+                Some(at) => {
+                    select(listener, Timer::at(at)).await;
+                }
+                None => listener.await,
+            }
         }
+    }
+
+    /// Detaches the address (datagrams sent to it from now on are dropped), fails later sends
+    /// and ends every receive.
+    async fn close(&self) {
+        self.network.lock().inboxes.remove(&self.addr);
+        self.inbox.lock().closed = true;
+        self.inbox.arrived.notify(usize::MAX);
     }
 }
 
@@ -200,6 +244,44 @@ impl Drop for MemoryTransport {
     fn drop(&mut self) {
         self.network.lock().inboxes.remove(&self.addr);
     }
+}
+
+/// A transport's queue of received datagrams, each with the time it is due (`None`: at once).
+#[derive(Debug, Default)]
+struct Inbox {
+    queue: Mutex<Queue>,
+    /// Notified when a datagram is pushed and when the transport closes.
+    arrived: Event,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    datagrams: VecDeque<(Option<Instant>, Datagram)>,
+    closed: bool,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `datagram`; false if the transport is closed.
+    fn push(&self, due: Option<Instant>, datagram: Datagram) -> bool {
+        {
+            let mut queue = self.lock();
+            if queue.closed {
+                return false;
+            }
+            queue.datagrams.push_back((due, datagram));
+        }
+        self.arrived.notify(1);
+        true
+    }
+}
+
+/// The error of sends and receives after [`Transport::close`].
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "memory transport closed")
 }
 
 #[cfg(test)]
@@ -212,15 +294,15 @@ mod tests {
         let (a, b, c) = (net.transport(), net.transport(), net.transport());
         smol::block_on(async {
             net.partition(&[&[a.local_addr()], &[b.local_addr(), c.local_addr()]]);
-            a.send_discovery(b"x").await.unwrap();
-            b.send_to(c.local_addr(), b"y").await.unwrap();
+            a.send_discovery(b"x").unwrap();
+            b.send_to(c.local_addr(), b"y").unwrap();
             assert_eq!(c.recv().await.unwrap().bytes, b"y");
-            assert!(b.inbox.is_empty() && c.inbox.is_empty());
+            assert!(b.inbox.lock().datagrams.is_empty() && c.inbox.lock().datagrams.is_empty());
             net.heal();
             net.isolate(c.local_addr());
-            a.send_discovery(b"z").await.unwrap();
+            a.send_discovery(b"z").unwrap();
             assert_eq!(b.recv().await.unwrap().bytes, b"z");
-            assert!(c.inbox.is_empty());
+            assert!(c.inbox.lock().datagrams.is_empty());
             assert_eq!(net.counters(), (2, 3));
         });
     }
@@ -232,7 +314,7 @@ mod tests {
         net.set_delay(Duration::from_millis(30));
         smol::block_on(async {
             let sent = std::time::Instant::now();
-            a.send_to(b.local_addr(), b"late").await.unwrap();
+            a.send_to(b.local_addr(), b"late").unwrap();
             assert_eq!(b.recv().await.unwrap().bytes, b"late");
             // A lower bound only: the datagram cannot arrive before its delay.
             assert!(sent.elapsed() >= Duration::from_millis(30));

@@ -10,10 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Waker};
+use std::task::Waker;
 use std::thread::JoinHandle;
 
 use async_channel::Sender;
@@ -29,15 +27,11 @@ use tracing::{debug, warn};
 
 use crate::duty::ReceiveDuty;
 
-/// A boxed, sendable future of a datagram send.
-pub(crate) type SendFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// What the driver thread is asked to do.
 pub(crate) enum Command {
     /// Something changed in the endpoint (a new timer, queued datagrams): look again.
     Flush,
-    /// Finish sending a datagram a caller could not send at once.
-    Send(SendFuture),
     /// Release everything, leave the cluster and stop.
     Shutdown,
 }
@@ -46,7 +40,6 @@ impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Command::Flush => "Flush",
-            Command::Send(_) => "Send",
             Command::Shutdown => "Shutdown",
         })
     }
@@ -131,7 +124,7 @@ impl Inner {
     }
 
     /// Acts on what [`Shared::settle`] returned, after the state lock is released: sends the
-    /// datagrams from this thread (a send that cannot finish at once goes to the driver),
+    /// datagrams from this thread (sends never block: see the `Transport` send contract),
     /// wakes the driver if its timer must be re-armed, and calls lost-lock handlers.
     pub(crate) fn flush(&self, effects: Effects) {
         let Effects {
@@ -142,10 +135,12 @@ impl Inner {
             node_changed,
         } = effects;
         for transmit in transmits {
-            let mut send = self.send_future(transmit);
-            let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-            if send.as_mut().poll(&mut cx).is_pending() {
-                self.command(Command::Send(send));
+            let result = match transmit.destination {
+                Destination::Member(addr) => self.transport.send_to(addr, &transmit.bytes),
+                Destination::Discovery => self.transport.send_discovery(&transmit.bytes),
+            };
+            if let Err(error) = result {
+                debug!(%error, "datagram not sent; the protocol will retransmit");
             }
         }
         if wake_driver {
@@ -209,20 +204,6 @@ impl Inner {
             }
             Ok(None) | Err(_) => false,
         }
-    }
-
-    /// A future that sends one datagram and logs a failure.
-    pub(crate) fn send_future(&self, transmit: Transmit) -> SendFuture {
-        let transport = self.transport.clone();
-        Box::pin(async move {
-            let result = match transmit.destination {
-                Destination::Member(addr) => transport.send_to(addr, &transmit.bytes).await,
-                Destination::Discovery => transport.send_discovery(&transmit.bytes).await,
-            };
-            if let Err(error) = result {
-                debug!(%error, "datagram not sent; the protocol will retransmit");
-            }
-        })
     }
 }
 

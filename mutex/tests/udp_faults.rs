@@ -337,12 +337,12 @@ impl<T: Transport> Transport for Lossy<T> {
         self.inner.max_datagram_size()
     }
 
-    async fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
-        self.inner.send_to(to, bytes).await
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        self.inner.send_to(to, bytes)
     }
 
-    async fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
-        self.inner.send_discovery(bytes).await
+    fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
+        self.inner.send_discovery(bytes)
     }
 
     async fn recv(&self) -> io::Result<Datagram> {

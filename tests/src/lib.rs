@@ -7,6 +7,11 @@
 //!   `backends` runs them as `conformance::<backend>::<scenario>` against the local backend and
 //!   the group backend over memory, UDP and TCP.
 //! - [`fixtures`]: how each backend's members are started for a scenario.
+//! - the test binary `transport` runs one set of scenarios of the `Transport` contract against
+//!   every transport (the in-memory one, UDP multicast, the TCP mesh), as
+//!   `<transport>::<scenario>`.
+//! - the test binary `multiprocess` runs clusters of `conclave-node` processes (this crate's
+//!   binary) over UDP and TCP: `kill -9`, restarts, pauses, hostile datagrams.
 //!
 //! Whoever writes a new backend adds a [`fixtures::Start`] for it and one line to the
 //! `conformance!` list in `tests/backends.rs`; the suite then tells them what the trait means.

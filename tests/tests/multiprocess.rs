@@ -397,7 +397,7 @@ fn tcp_noise(cluster: &Cluster) {
             .filter(|d| !d.is_empty() && d.len() <= 60_000)
         {
             for to in &targets {
-                mesh.send_to(*to, bytes).await.unwrap();
+                mesh.send_to(*to, bytes).unwrap();
             }
         }
         // Drive the mesh (it has no thread of its own) until everything was written.

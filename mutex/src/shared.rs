@@ -27,7 +27,6 @@ use tracing::{debug, warn};
 
 use crate::duty::ReceiveDuty;
 
-
 /// What the driver thread is asked to do.
 pub(crate) enum Command {
     /// Something changed in the endpoint (a new timer, queued datagrams): look again.

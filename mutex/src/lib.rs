@@ -102,8 +102,9 @@ mod rwlock;
 mod shared;
 
 /// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
-/// their links to the API. Built for documentation only: the files live outside this crate.
-#[cfg(doc)]
+/// their links to the API. Built for documentation only (the files live outside this crate),
+/// and not as doctests: their snippets are fragments.
+#[cfg(all(doc, not(doctest)))]
 pub mod docs {
     #[doc = include_str!("../../docs/guide.md")]
     pub mod guide {}

@@ -98,6 +98,36 @@ pub struct EndpointStats {
 /// feeds discovery and heartbeats to [`Gms`], data segments and acks to [`Reliable`], delivered
 /// messages to [`Gms`] or [`LockService`], and encodes what they send.
 ///
+/// # Driving contract
+/// `Endpoint` performs no IO and reads no clock: whoever drives it (the `conclave` driver, the
+/// simulator, a test) owns the socket, the clock and the timer, and must keep these rules.
+///
+/// 1. **Inputs.** The inputs are [`Endpoint::join`] (once, first), [`Endpoint::handle_datagram`]
+///    (every datagram the transport receives, in any order, duplicates and garbage included:
+///    the endpoint drops what it cannot use), [`Endpoint::handle_timeout`], the lock calls
+///    ([`Endpoint::lock`], [`Endpoint::cancel`], [`Endpoint::unlock`]) and [`Endpoint::leave`].
+///    Call them from one thread at a time (the type is `Send`, not shared: wrap it in a mutex
+///    if several threads feed it, as the `conclave` driver does).
+/// 2. **Time.** Every input takes `now`, on one monotonic clock of the driver's choosing.
+///    `now` never goes backwards from one call to the next (equal is fine). The protocol
+///    measures every lease and timeout on it; a clock that jumps back would stretch them, a
+///    clock that runs fast only shortens them (see `docs/protocol.md`, "Leases", for the drift
+///    bound the `Majority` policy assumes).
+/// 3. **After every input**, before waiting for the next one: drain
+///    [`Endpoint::poll_transmit`] until `None` and hand each datagram to the transport; drain
+///    [`Endpoint::poll_event`] until `None`; then read [`Endpoint::poll_timeout`] **again** and
+///    re-arm the timer to it — any input may move the deadline earlier or later, or clear it.
+///    Taking several inputs before draining is allowed (the driver takes every waiting
+///    datagram first, so replies to one member leave together), as long as the drain follows.
+/// 4. **Timers.** Call [`Endpoint::handle_timeout`] once `now` has reached the deadline
+///    `poll_timeout` returned. Calling it early, or more than once, is harmless; calling it
+///    late delays heartbeats and retransmissions by as much (a stalled driver is a stalled
+///    member, which the protocol survives but the cluster may suspect).
+/// 5. **Sends may fail.** A datagram the transport drops is not reported back: the protocol
+///    treats every send as possibly lost and retransmits.
+/// 6. **Leaving.** After [`Endpoint::leave`], keep driving until [`Endpoint::is_drained`] (or a
+///    bound of the driver's choosing), so the leave and the last acknowledgements go out.
+///
 /// The drive loop, as the driver and the simulator run it:
 ///
 /// ```

@@ -50,7 +50,11 @@ pub struct Datagram {
 /// [`Transport::blocking`]. The node's driver is the only receiver; it keeps a receive
 /// pending at all times, which also drives backends that do their work inside the receive
 /// (connects, queued writes). [`Transport::close`] ends the member's use of the transport:
-/// receives then end with an error, sends fail or are dropped.
+/// receives then end with an error, sends fail or are dropped. A receive error is transient
+/// (the driver logs it and receives again after a short pause), except
+/// `ConnectionAborted`, which says the transport is gone for good as if its process had been
+/// killed: the node then stops at once, without leaving the view, releasing its locks or
+/// calling its own handlers (the in-memory transport's `crash` uses it).
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
     /// The address other members reach this one at; it becomes part of the [`crate::MemberId`].

@@ -73,6 +73,8 @@ enum Input {
     Datagrams(Vec<Vec<u8>>),
     Timer,
     Shutdown,
+    /// The transport is gone for good (see [`is_crash`]): stop at once, telling nobody.
+    Crash,
     Nothing,
 }
 
@@ -123,6 +125,7 @@ impl Driver {
                                     Input::Datagrams(batch)
                                 }
                                 Ok(None) => Input::Nothing,
+                                Err(error) if is_crash(&error) => Input::Crash,
                                 Err(error) => {
                                     warn!(%error, "transport receive failed");
                                     thread::sleep(RECV_BACKOFF);
@@ -172,6 +175,7 @@ impl Driver {
                             }
                             Input::Datagrams(batch)
                         }
+                        Err(error) if is_crash(&error) => Input::Crash,
                         Err(error) => {
                             warn!(%error, "transport receive failed");
                             Timer::after(RECV_BACKOFF).await;
@@ -188,6 +192,10 @@ impl Driver {
     /// collects the datagrams, computes the next deadline; then sends. Returns whether the
     /// driver is done.
     fn step(&mut self, input: Input) -> bool {
+        if let Input::Crash = input {
+            warn!(member = %self.inner.member, "the transport crashed; the node stops without leaving");
+            return true;
+        }
         let (effects, done) = {
             let mut shared = self.inner.lock();
             let now = self.inner.now();
@@ -205,7 +213,7 @@ impl Driver {
                     self.leaving_until = Some(Instant::now() + self.leave_bound);
                     effects = Some(shared.close_locks(now));
                 }
-                Input::Shutdown | Input::Nothing => {}
+                Input::Shutdown | Input::Crash | Input::Nothing => {}
             }
             let effects = match effects {
                 Some(mut first) => {
@@ -230,6 +238,13 @@ impl Driver {
         self.inner.flush(effects.without_driver_wake());
         done
     }
+}
+
+/// Whether a receive error means the transport is gone for good, as if the process had been
+/// killed (`ConnectionAborted`, e.g. [`crate::memory::MemoryNetwork::crash`]): the node stops at
+/// once, without leaving, releasing or calling its own handlers.
+fn is_crash(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::ConnectionAborted
 }
 
 fn received(datagram: Datagram) -> Vec<u8> {

@@ -5,7 +5,8 @@
 //! unbounded queue: sends never block and never fail for lack of room); the discovery channel
 //! reaches every other transport of the network. Tests use the hooks to make a node vanish
 //! ([`MemoryNetwork::isolate`]), split the cluster ([`MemoryNetwork::partition`]), slow every
-//! datagram down ([`MemoryNetwork::set_delay`]) and [`MemoryNetwork::heal`] it again.
+//! datagram down ([`MemoryNetwork::set_delay`]) and [`MemoryNetwork::heal`] it again, or
+//! crash a node outright ([`MemoryNetwork::crash`]: it stops as a killed process would).
 //!
 //! ```
 //! use conclave::memory::MemoryNetwork;
@@ -128,6 +129,55 @@ impl MemoryNetwork {
         self.lock().delay = delay;
     }
 
+    /// Crashes the node whose transport is at `addr`, as `kill -9` would: from now on nothing
+    /// it sends leaves and nothing reaches it, and its receive fails with
+    /// [`io::ErrorKind::ConnectionAborted`], which makes its node stop at once — without
+    /// leaving the view, releasing its locks or calling its own handlers (a dead process tells
+    /// nobody). In this process, its pending requests fail with `LockError::Shutdown` and its
+    /// guards turn `Lost` (`lost()` resolves with `Shutdown`), but no handler is called and no
+    /// `Lost` event is emitted. The other members find out as they
+    /// would about a dead process: by suspicion, then a view without it, and (under
+    /// `Majority`) the crashed holder's leases running out. Unlike [`MemoryNetwork::isolate`],
+    /// it cannot be undone; start a new node for a restart.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let join = |name: &'static str| {
+    ///         Node::builder("crash-docs")
+    ///             .name(name)
+    ///             .transport(network.transport())
+    ///             .config(EndpointConfig::local())
+    ///             .join()
+    ///     };
+    ///     let (a, b) = (join("a").await?, join("b").await?);
+    ///     a.wait_for_members(2).await;
+    ///     let guard = b.mutex("job")?.lock().await?;
+    ///     network.crash(b.member_id().addr());
+    ///     // The survivor gets the lock once it has found `b` dead.
+    ///     let taken = a.mutex("job")?.lock_timeout(Duration::from_secs(10)).await?;
+    ///     assert!(taken.fencing_token() > guard.fencing_token());
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub fn crash(&self, addr: SocketAddr) {
+        let inbox = self.lock().inboxes.remove(&addr);
+        if let Some(inbox) = inbox {
+            {
+                let mut queue = inbox.lock();
+                queue.crashed = true;
+                queue.datagrams.clear();
+            }
+            inbox.arrived.notify(usize::MAX);
+        }
+    }
+
     /// Ends every partition and isolation (a delay stays until set back to zero).
     pub fn heal(&self) {
         self.lock().reach.heal();
@@ -158,17 +208,23 @@ pub struct MemoryTransport {
 }
 
 impl MemoryTransport {
-    fn check_send(&self, bytes: &[u8]) -> io::Result<()> {
-        if self.inbox.lock().closed {
+    /// Whether a send may go out: `Ok(false)` after a crash (the datagram vanishes).
+    fn check_send(&self, bytes: &[u8]) -> io::Result<bool> {
+        let queue = self.inbox.lock();
+        if queue.crashed {
+            return Ok(false);
+        }
+        if queue.closed {
             return Err(closed());
         }
+        drop(queue);
         if bytes.len() > MAX_DATAGRAM {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("datagram of {} bytes is above {MAX_DATAGRAM}", bytes.len()),
             ));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -183,13 +239,16 @@ impl Transport for MemoryTransport {
     }
 
     fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
-        self.check_send(bytes)?;
-        self.network.lock().deliver(self.addr, to, bytes);
+        if self.check_send(bytes)? {
+            self.network.lock().deliver(self.addr, to, bytes);
+        }
         Ok(())
     }
 
     fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
-        self.check_send(bytes)?;
+        if !self.check_send(bytes)? {
+            return Ok(());
+        }
         let mut state = self.network.lock();
         let others: Vec<SocketAddr> = state
             .inboxes
@@ -209,6 +268,12 @@ impl Transport for MemoryTransport {
             let listener = self.inbox.arrived.listen();
             let due = {
                 let mut queue = self.inbox.lock();
+                if queue.crashed {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "memory transport crashed",
+                    ));
+                }
                 if queue.closed {
                     return Err(closed());
                 }
@@ -258,6 +323,8 @@ struct Inbox {
 struct Queue {
     datagrams: VecDeque<(Option<Instant>, Datagram)>,
     closed: bool,
+    /// [`MemoryNetwork::crash`]ed: sends vanish, receives fail with `ConnectionAborted`.
+    crashed: bool,
 }
 
 impl Inbox {
@@ -269,7 +336,7 @@ impl Inbox {
     fn push(&self, due: Option<Instant>, datagram: Datagram) -> bool {
         {
             let mut queue = self.lock();
-            if queue.closed {
+            if queue.closed || queue.crashed {
                 return false;
             }
             queue.datagrams.push_back((due, datagram));

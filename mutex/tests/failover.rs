@@ -123,3 +123,59 @@ fn shutdown_fails_pending_and_leaves_no_thread() {
         .await;
     });
 }
+
+/// A crashed member (the in-memory transport's `crash`, like `kill -9`) stops without a
+/// goodbye: its own handlers are not called, its waiting request fails with `Shutdown`, and the
+/// survivors find it dead, drop it from the view and grant its lock to the next owner.
+#[test]
+fn a_crashed_member_stops_without_a_goodbye() {
+    use futures::FutureExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "crash", 3).await;
+        let (a, c) = (&nodes[0], &nodes[2]);
+        let handler_calls = Arc::new(AtomicUsize::new(0));
+        let calls = handler_calls.clone();
+        c.on_lock_lost(move |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut events = c.lock_events();
+        let held = within(WAIT, "lock", c.mutex("crash").unwrap().lock())
+            .await
+            .unwrap();
+        let mut waiting = Box::pin(c.mutex("other").unwrap().lock());
+        let blocker = within(WAIT, "lock", a.mutex("other").unwrap().lock())
+            .await
+            .unwrap();
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        network.crash(c.member_id().addr());
+        assert_eq!(
+            within(WAIT, "the crashed member's waiting request", waiting)
+                .await
+                .unwrap_err(),
+            LockError::Shutdown
+        );
+        assert_eq!(held.status(), LockStatus::Lost);
+        // The survivors drop it from the view and grant its lock on.
+        let taken = within(
+            WAIT,
+            "the survivor gets the crashed member's lock",
+            a.mutex("crash").unwrap().lock_timeout(WAIT),
+        )
+        .await
+        .unwrap();
+        assert!(taken.fencing_token() > held.fencing_token());
+        let view = a.view().unwrap();
+        assert!(!view.contains(c.member_id()), "{view}");
+        assert_eq!(handler_calls.load(Ordering::SeqCst), 0, "a dead process tells nobody");
+        let after: Vec<LockEvent> = std::iter::from_fn(|| events.next().now_or_never().flatten())
+            .collect();
+        assert!(
+            !after.iter().any(|e| matches!(e, LockEvent::Lost { .. })),
+            "{after:?}"
+        );
+        drop((blocker, taken));
+    });
+}

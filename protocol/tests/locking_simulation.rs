@@ -256,6 +256,21 @@ fn reusing_a_fencing_token_is_caught() {
     );
 }
 
+/// Waits that a member keeps in a minority (instead of resigning them after a lease) are
+/// caught by the minority-waiter checker.
+#[test]
+fn keeping_waits_in_a_minority_is_caught() {
+    let sabotage = LockSabotage {
+        keep_waits_in_minority: true,
+        ..LockSabotage::default()
+    };
+    let caught = first_violation(MAJORITY, sabotage, 200);
+    assert_eq!(
+        caught.as_deref(),
+        Some("a member in a minority for a lease waits for nothing")
+    );
+}
+
 /// Runs harsh-profile seeds of `config` until a checker fires; returns the seed and invariant.
 fn first_harsh_violation(config: &SimConfig, seeds: u64) -> Option<(u64, String)> {
     (1..=seeds).find_map(|seed| {

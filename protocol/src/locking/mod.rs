@@ -235,6 +235,9 @@ pub struct LockSabotage {
     /// `Majority`: support every grantor that probes, at once, coordinator of our view or not:
     /// no promise, no term order (the bug two coordinators behind a link cut expose).
     pub promise_anyone: bool,
+    /// `Majority`: let waiting requests wait on in a minority view instead of refusing them
+    /// after a lease (the jgroups-raft rule that a cut-off member resigns its waits).
+    pub keep_waits_in_minority: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -263,6 +266,8 @@ pub struct LockService {
     next_renew: Option<Instant>,
     /// `Majority`: since when this member's view has been a minority.
     minority_since: Option<Instant>,
+    /// Sabotage: waits in a minority are never refused.
+    keep_waits_in_minority: bool,
 }
 
 impl LockService {
@@ -285,6 +290,7 @@ impl LockService {
             term: None,
             next_renew: None,
             minority_since: None,
+            keep_waits_in_minority: false,
         }
     }
 
@@ -297,6 +303,7 @@ impl LockService {
         self.client.forget_releases = sabotage.forget_pending_releases;
         self.client.anchor_at_receipt = sabotage.anchor_leases_at_receipt;
         self.support.promise_anyone = sabotage.promise_anyone;
+        self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
     }
 
     /// The configuration.
@@ -343,6 +350,9 @@ impl LockService {
     /// `Majority`: refuses every waiting request once the member has been in a minority view
     /// for a lease.
     fn refuse_waits_in_minority(&mut self, now: Instant) {
+        if self.keep_waits_in_minority {
+            return;
+        }
         let expired = self
             .minority_since
             .is_some_and(|since| now.saturating_duration_since(since) >= self.config.lease);

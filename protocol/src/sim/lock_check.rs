@@ -13,6 +13,9 @@
 //!    bound, and whenever the cluster is quiet the grantor's table equals what the members
 //!    believe they hold (so every dropped holder was told).
 //! 5. No request is granted twice.
+//! 6. `Majority`: a member that has been in views without a majority for a lease waits for
+//!    nothing (its waits were refused with `NoQuorum`, as jgroups-raft resigns a cut-off
+//!    member's waits), judged on its own clock whenever its timers are up to date.
 
 use std::collections::BTreeSet;
 
@@ -70,8 +73,35 @@ impl Simulation {
         self.check_mutual_exclusion()?;
         self.check_tokens()?;
         self.check_grantor_tables()?;
+        self.check_minority_waiters()?;
         if self.calm {
             self.check_consistency()?;
+        }
+        Ok(())
+    }
+
+    fn check_minority_waiters(&self) -> Result<(), Violation> {
+        let lease = self.config.endpoint.locks.lease;
+        for (index, slot) in self.slots.iter().enumerate() {
+            let (Some(endpoint), Some(since)) = (&slot.endpoint, slot.minority_since) else {
+                continue;
+            };
+            if !matches!(slot.state, SlotState::Up) {
+                continue;
+            }
+            // Judged once the node has run its timers at or after `since + lease` (it refuses
+            // its waits from the timer due then; a request made later is refused at once).
+            if slot.timers_ran.is_some_and(|ran| ran >= since + lease) {
+                let waiting = endpoint.locks().pending_requests();
+                if !waiting.is_empty() {
+                    return Err(self.violation(
+                        "a member in a minority for a lease waits for nothing",
+                        format!(
+                            "node {index} has been in a minority since {since:?} and still waits for {waiting:?}"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -223,6 +223,10 @@ struct Slot {
     last_epoch: u64,
     /// Size of the last view this incarnation reported installing (events in order).
     last_view_len: usize,
+    /// `Majority`: since when (on this node's clock) its views have had no majority.
+    minority_since: Option<Instant>,
+    /// When (on this node's clock) it last ran its due timers.
+    timers_ran: Option<Instant>,
     actors: Vec<Actor>,
     next_owner: u64,
     /// Requests of this incarnation that were granted (a second grant is a violation).
@@ -277,6 +281,8 @@ impl Simulation {
                 },
                 last_epoch: 0,
                 last_view_len: 0,
+                minority_since: None,
+                timers_ran: None,
                 actors: Vec::new(),
                 next_owner: 1,
                 granted: BTreeSet::new(),
@@ -571,6 +577,8 @@ impl Simulation {
         slot.state = SlotState::Up;
         slot.last_epoch = 0;
         slot.last_view_len = 0;
+        slot.minority_since = None;
+        slot.timers_ran = None;
         slot.granted.clear();
         slot.actors.clear();
         if let Some(workload) = &self.config.workload {
@@ -640,6 +648,7 @@ impl Simulation {
                     if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
                         if endpoint.poll_timeout().is_some_and(|t| t <= local) {
                             endpoint.handle_timeout(local);
+                            self.slots[index].timers_ran = Some(local);
                         }
                     }
                     self.run_actors(index);
@@ -733,10 +742,17 @@ impl Simulation {
         };
         self.report.views_installed += 1;
         self.report.trace_hash = fnv(self.report.trace_hash, &view.epoch().to_le_bytes());
+        let local_now = self.local_now(index);
+        let policy = self.config.endpoint.locks.policy;
         let slot = &mut self.slots[index];
         let previous = slot.last_epoch;
         slot.last_epoch = view.epoch();
         slot.last_view_len = view.len();
+        if policy.allows(view.len()) {
+            slot.minority_since = None;
+        } else if policy.is_majority() {
+            slot.minority_since.get_or_insert(local_now);
+        }
         if view.epoch() <= previous {
             return Err(self.violation(
                 "view epochs strictly increase at each member",

@@ -270,6 +270,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The view this member is in (`None` before the first and after shutdown).
     fn view(&self) -> Option<View>;
 
+    /// The grantor this member knows to be serving (it announced so, and nothing since says
+    /// otherwise); `None` while none is known, e.g. during a failover.
+    fn serving_grantor(&self) -> Option<MemberId>;
+
+    /// Ready with the serving grantor once one is known, or with `None` once the backend has
+    /// shut down.
+    fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>>;
+
     /// A stream of the views this member installs, starting with the current one; it ends at
     /// shutdown.
     fn views(&self) -> BoxStream<'static, View>;

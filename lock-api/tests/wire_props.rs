@@ -374,6 +374,7 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             .prop_map(|(stamp, held)| LockMessage::Renewed { stamp, held }),
         (arb_request_id(), any::<u32>())
             .prop_map(|(request, position)| LockMessage::Queued { request, position }),
+        arb_u64().prop_map(|epoch| LockMessage::Serving { epoch }),
         (arb_request_id(), arb_lock_name())
             .prop_map(|(request, name)| LockMessage::Cancel { request, name }),
         (
@@ -474,6 +475,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::LockInfoRequest { .. }) => "LockInfoRequest",
         Message::Lock(LockMessage::LockInfoResponse { .. }) => "LockInfoResponse",
         Message::Lock(LockMessage::DuplicateLock { .. }) => "DuplicateLock",
+        Message::Lock(LockMessage::Serving { .. }) => "Serving",
     }
 }
 
@@ -497,7 +499,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 17, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 18, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

@@ -288,6 +288,33 @@ impl LockBackend for Inner {
         }
     }
 
+    fn serving_grantor(&self) -> Option<MemberId> {
+        let shared = self.lock();
+        if shared.phase == Phase::Running {
+            shared.serving_grantor.clone()
+        } else {
+            None
+        }
+    }
+
+    fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>> {
+        let mut shared = self.lock();
+        if shared.phase != Phase::Running {
+            return Poll::Ready(None);
+        }
+        if let Some(grantor) = &shared.serving_grantor {
+            return Poll::Ready(Some(grantor.clone()));
+        }
+        if !shared
+            .serving_wakers
+            .iter()
+            .any(|w| w.will_wake(cx.waker()))
+        {
+            shared.serving_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
     fn views(&self) -> BoxStream<'static, View> {
         Box::pin(self.lock().subscribe_views())
     }

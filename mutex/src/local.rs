@@ -437,6 +437,14 @@ impl LockBackend for LocalBackend {
         (!self.lock().closed).then(|| self.view.clone())
     }
 
+    fn serving_grantor(&self) -> Option<MemberId> {
+        (!self.lock().closed).then(|| self.member.clone())
+    }
+
+    fn poll_serving_grantor(&self, _cx: &mut Context<'_>) -> Poll<Option<MemberId>> {
+        Poll::Ready(self.serving_grantor())
+    }
+
     fn views(&self) -> BoxStream<'static, View> {
         let (sender, receiver) = async_channel::unbounded();
         let mut state = self.lock();

@@ -329,6 +329,52 @@ impl Node {
         }
     }
 
+    /// The grantor this member knows to be serving: the view's coordinator, once it announced
+    /// that it can grant (its table rebuilt, and under `Majority` its term supported by a
+    /// majority and past its grace period). `None` while none is known: before the first
+    /// announcement, during a failover, in a minority under `Majority`, or after the grantor
+    /// answered that it cannot grant. It is this member's knowledge, not a guarantee: a grantor
+    /// can stop serving (a partition) before the members hear of it; requests then wait, or
+    /// `try_lock` answers `LockError::Unavailable`.
+    pub fn grantor(&self) -> Option<MemberId> {
+        self.backend.serving_grantor()
+    }
+
+    /// Waits until this member knows a serving grantor ([`Node::grantor`]) and returns it;
+    /// `None` if the node stops first. With [`Node::wait_for_members`], it is how a service
+    /// waits for its cluster to be ready before it takes locks: after it, a `try_lock` of a
+    /// free lock succeeds (unless a failover starts meanwhile).
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node, PartitionPolicy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let join = |name: &'static str| {
+    ///         Node::builder("ready-to-serve")
+    ///             .name(name)
+    ///             .transport(network.transport())
+    ///             .config(EndpointConfig::local())
+    ///             .partition_policy(PartitionPolicy::Majority { cluster_size: 3 })
+    ///             .join()
+    ///     };
+    ///     let (a, b, c) = (join("a").await?, join("b").await?, join("c").await?);
+    ///     let grantor = c.wait_until_serving().await.expect("the node runs");
+    ///     assert_eq!(&grantor, a.member_id()); // the oldest member coordinates
+    ///     let guard = c.mutex("job")?.try_lock().await?; // no Unavailable now
+    ///     drop(guard);
+    ///     drop((b, c));
+    ///     a.leave().await;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn wait_until_serving(&self) -> Option<MemberId> {
+        std::future::poll_fn(|cx| self.backend.poll_serving_grantor(cx)).await
+    }
+
     /// A stream of the lock events of this member (handles created, owners waiting, locks
     /// granted, released and lost). It ends when the node stops. Events are buffered without
     /// bound: keep reading, or drop the stream.

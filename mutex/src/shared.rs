@@ -287,6 +287,10 @@ pub(crate) struct Shared {
     reported: std::collections::VecDeque<(RequestId, FencingToken)>,
     /// Woken when the driver has stopped.
     pub(crate) closed_wakers: Vec<Waker>,
+    /// The grantor known to serve ([`LockNotice::GrantorServing`]).
+    pub(crate) serving_grantor: Option<MemberId>,
+    /// Woken when a serving grantor becomes known, and when the driver stops.
+    pub(crate) serving_wakers: Vec<Waker>,
 }
 
 impl Shared {
@@ -304,6 +308,8 @@ impl Shared {
             unexpected_handlers: Vec::new(),
             reported: std::collections::VecDeque::new(),
             closed_wakers: Vec::new(),
+            serving_grantor: None,
+            serving_wakers: Vec::new(),
         }
     }
 
@@ -495,6 +501,15 @@ impl Shared {
                     slot.wake();
                 }
             }
+            LockNotice::GrantorServing { grantor } => {
+                debug!(member = %self.endpoint.local(), ?grantor, "serving grantor");
+                if grantor.is_some() {
+                    for waker in self.serving_wakers.drain(..) {
+                        waker.wake();
+                    }
+                }
+                self.serving_grantor = grantor;
+            }
             LockNotice::Unexpected {
                 request,
                 name,
@@ -593,7 +608,12 @@ impl Shared {
         }
         self.view_subscribers.clear();
         self.event_subscribers.clear();
-        for waker in self.closed_wakers.drain(..) {
+        self.serving_grantor = None;
+        for waker in self
+            .closed_wakers
+            .drain(..)
+            .chain(self.serving_wakers.drain(..))
+        {
             waker.wake();
         }
     }

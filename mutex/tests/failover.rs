@@ -169,13 +169,48 @@ fn a_crashed_member_stops_without_a_goodbye() {
         assert!(taken.fencing_token() > held.fencing_token());
         let view = a.view().unwrap();
         assert!(!view.contains(c.member_id()), "{view}");
-        assert_eq!(handler_calls.load(Ordering::SeqCst), 0, "a dead process tells nobody");
-        let after: Vec<LockEvent> = std::iter::from_fn(|| events.next().now_or_never().flatten())
-            .collect();
+        assert_eq!(
+            handler_calls.load(Ordering::SeqCst),
+            0,
+            "a dead process tells nobody"
+        );
+        let after: Vec<LockEvent> =
+            std::iter::from_fn(|| events.next().now_or_never().flatten()).collect();
         assert!(
             !after.iter().any(|e| matches!(e, LockEvent::Lost { .. })),
             "{after:?}"
         );
         drop((blocker, taken));
+    });
+}
+
+/// The members know which grantor serves; after the grantor crashes they forget it, and learn
+/// the next one once it has rebuilt the table.
+#[test]
+fn members_learn_the_serving_grantor_again_after_a_failover() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "serving", 3).await;
+        let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+        for node in &nodes {
+            let grantor = within(WAIT, "serving", node.wait_until_serving()).await;
+            assert_eq!(grantor.as_ref(), Some(a.member_id()));
+        }
+        let mut views = c.views();
+        network.crash(a.member_id().addr());
+        within(WAIT, "a view without the crashed grantor", async {
+            while let Some(view) = views.next().await {
+                if !view.contains(a.member_id()) {
+                    break;
+                }
+            }
+        })
+        .await;
+        let next = within(WAIT, "the next grantor serves", c.wait_until_serving()).await;
+        assert_eq!(next.as_ref(), Some(b.member_id()));
+        let guard = within(WAIT, "try_lock", c.mutex("after").unwrap().try_lock())
+            .await
+            .unwrap();
+        drop(guard);
     });
 }

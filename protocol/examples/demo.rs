@@ -375,7 +375,8 @@ fn spawn_member(
                             // grants are not part of the transcript.
                             LockNotice::Released { .. }
                             | LockNotice::Queued { .. }
-                            | LockNotice::Unexpected { .. } => continue,
+                            | LockNotice::Unexpected { .. }
+                            | LockNotice::GrantorServing { .. } => continue,
                         };
                         if let Some(tx) = waiting.get(&request) {
                             let _ = tx.send(notice);

@@ -62,6 +62,31 @@ async fn leave_all(nodes: Vec<Node>) {
     }
 }
 
+/// Every member learns which grantor serves; once it knows, a `try_lock` of a free lock
+/// succeeds there (never `Unavailable`), and the grantor is a member of its view.
+pub async fn readiness(nodes: Vec<Node>) {
+    for (i, node) in nodes.iter().enumerate() {
+        let grantor = within(WAIT, "a serving grantor", node.wait_until_serving())
+            .await
+            .expect("the node runs");
+        assert_eq!(node.grantor().as_ref(), Some(&grantor));
+        assert!(node.view().unwrap().contains(&grantor));
+        let mutex = node.mutex(format!("ready-{i}")).unwrap();
+        let guard = within(WAIT, "try_lock once serving", mutex.try_lock())
+            .await
+            .unwrap();
+        drop(guard);
+    }
+    let last = nodes.last().unwrap().mutex("ready-after").unwrap();
+    leave_all(nodes).await;
+    assert_eq!(
+        within(WAIT, "after shutdown", last.try_lock())
+            .await
+            .unwrap_err(),
+        LockError::Shutdown
+    );
+}
+
 /// An exclusive hold excludes every other owner, on any member, until it is released; then a
 /// waiter is served with a higher token.
 pub async fn exclusion(nodes: Vec<Node>) {

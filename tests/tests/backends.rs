@@ -24,8 +24,8 @@ macro_rules! conformance {
             $(
                 mod $backend {
                     conformance!(@scenarios $backend:
-                        exclusion, fifo, try_and_timeout, cancellation, reentrancy, read_write,
-                        fencing_tokens, events, lost_holds, shutdown);
+                        readiness, exclusion, fifo, try_and_timeout, cancellation, reentrancy,
+                        read_write, fencing_tokens, events, lost_holds, shutdown);
                 }
             )*
         }

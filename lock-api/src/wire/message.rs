@@ -328,6 +328,12 @@ pub enum LockMessage {
         /// Releases not yet acknowledged.
         releases: Vec<PendingRelease>,
     },
+    /// Grantor → every member of its view: it serves (reconciled, and under `Majority` its
+    /// term is supported and past its grace period) for the view of `epoch`.
+    Serving {
+        /// Epoch of the grantor's view.
+        epoch: u64,
+    },
     /// Grantor → client: another holder of this lock was kept; yours is lost.
     DuplicateLock {
         /// The lock.

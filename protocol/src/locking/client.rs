@@ -643,7 +643,8 @@ impl Client {
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
             | LockMessage::Renew { .. }
-            | LockMessage::LockInfoResponse { .. } => {}
+            | LockMessage::LockInfoResponse { .. }
+            | LockMessage::Serving { .. } => {}
         }
     }
 

@@ -175,6 +175,13 @@ pub enum LockNotice {
         /// What was unexpected about it.
         reason: UnexpectedGrant,
     },
+    /// The grantor this member knows to be serving changed: `Some` once the view's
+    /// coordinator announced that it serves, `None` when that knowledge ended (a new
+    /// coordinator, a minority view under `Majority`, or the grantor answered "unavailable").
+    GrantorServing {
+        /// The serving grantor, if one is known.
+        grantor: Option<MemberId>,
+    },
     /// A held lock was lost without its owner releasing it.
     Lost {
         /// The request that had acquired it.
@@ -268,6 +275,12 @@ pub struct LockService {
     minority_since: Option<Instant>,
     /// Sabotage: waits in a minority are never refused.
     keep_waits_in_minority: bool,
+    /// Grantor: the (view epoch, term) it last announced serving for.
+    announced: Option<(u64, Option<u64>)>,
+    /// Client: the grantor known to serve (from its announcement).
+    serving_grantor: Option<MemberId>,
+    /// Client: the newest announcement heard (it may arrive before its view is installed).
+    announcement: Option<(MemberId, u64)>,
 }
 
 impl LockService {
@@ -291,6 +304,9 @@ impl LockService {
             next_renew: None,
             minority_since: None,
             keep_waits_in_minority: false,
+            announced: None,
+            serving_grantor: None,
+            announcement: None,
         }
     }
 
@@ -473,6 +489,16 @@ impl LockService {
         self.last_heard = heard;
         self.view = Some(view.clone());
         self.client.on_view(now, view, &mut self.outbox);
+        let announced = self
+            .announcement
+            .as_ref()
+            .is_some_and(|(by, epoch)| by == view.coordinator() && *epoch >= view.epoch());
+        let still_serving = self.serving_grantor.as_ref() == Some(view.coordinator());
+        if self.config.policy.allows(view.len()) && (announced || still_serving) {
+            self.set_serving_grantor(Some(view.coordinator().clone()));
+        } else {
+            self.set_serving_grantor(None);
+        }
         if previous_grantor.as_ref() != Some(view.coordinator()) {
             self.support.forget_echo();
         }
@@ -924,8 +950,70 @@ impl LockService {
             active.then(|| now + self.config.lease_margin.max(Duration::from_millis(1)) / 2);
     }
 
+    /// Records the grantor known to serve, telling the owner when it changes.
+    fn set_serving_grantor(&mut self, grantor: Option<MemberId>) {
+        if self.serving_grantor != grantor {
+            self.serving_grantor = grantor.clone();
+            self.notices
+                .push_back(LockNotice::GrantorServing { grantor });
+        }
+    }
+
+    /// The grantor this member knows to be serving (see [`LockNotice::GrantorServing`]).
+    pub fn serving_grantor(&self) -> Option<&MemberId> {
+        self.serving_grantor.as_ref()
+    }
+
+    /// Grantor: announces to its view that it serves, once per view and term, as soon as it
+    /// can grant.
+    fn announce_serving(&mut self, now: Instant) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if view.coordinator() != &self.local || !self.grantor.is_serving() {
+            return;
+        }
+        if !self.ctx(now, &view).policy_ok {
+            return;
+        }
+        let key = (view.epoch(), self.term.as_ref().map(|t| t.term));
+        if self.announced == Some(key) {
+            return;
+        }
+        self.announced = Some(key);
+        for member in view.members().iter().filter(|m| **m != self.local) {
+            self.outbox.push_back((
+                member.clone(),
+                LockMessage::Serving {
+                    epoch: view.epoch(),
+                },
+            ));
+        }
+        self.set_serving_grantor(Some(self.local.clone()));
+    }
+
     fn dispatch(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
         match message {
+            LockMessage::Serving { epoch } => {
+                let newer = self.announcement.as_ref().is_none_or(|(_, e)| epoch >= *e);
+                if newer {
+                    self.announcement = Some((from.clone(), epoch));
+                }
+                let from_coordinator = self
+                    .view
+                    .as_ref()
+                    .is_some_and(|v| v.coordinator() == from && epoch >= v.epoch());
+                if from_coordinator {
+                    self.set_serving_grantor(Some(from.clone()));
+                }
+            }
+            LockMessage::Denied {
+                unavailable: true, ..
+            } if self.serving_grantor.as_ref() == Some(from) => {
+                self.set_serving_grantor(None);
+                self.client
+                    .handle(now, from, message, &mut self.outbox, &mut self.notices);
+            }
             LockMessage::Lock { .. }
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
@@ -967,6 +1055,7 @@ impl LockService {
         }
         self.outbox = remote;
         self.check_leases(now);
+        self.announce_serving(now);
     }
 }
 

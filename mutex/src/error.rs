@@ -35,6 +35,9 @@ pub enum NodeError {
     /// No view was installed in time.
     #[error("no view was installed within {0:?}")]
     JoinTimeout(Duration),
+    /// The data directory could not be opened, or its promised-term file is unreadable.
+    #[error("the data directory cannot be used: {0}")]
+    DataDir(#[source] std::io::Error),
     /// The driver thread could not be started.
     #[error("could not start the driver thread: {0}")]
     Spawn(#[source] std::io::Error),

@@ -87,6 +87,7 @@
 //! lock across grantor changes: pass them to the resource you protect.
 
 mod driver;
+mod durable;
 mod duty;
 mod error;
 pub mod faults;

@@ -22,6 +22,7 @@ use futures::Stream;
 use tracing::debug;
 
 use crate::driver;
+use crate::durable::TermFile;
 use crate::error::NodeError;
 use crate::hold::Backend;
 use crate::local::LocalBackend;
@@ -45,6 +46,7 @@ pub struct NodeBuilder {
     config: EndpointConfig,
     join_timeout: Duration,
     spin_wait: Duration,
+    data_dir: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for NodeBuilder {
@@ -59,6 +61,7 @@ impl fmt::Debug for NodeBuilder {
             .field("config", &self.config)
             .field("join_timeout", &self.join_timeout)
             .field("spin_wait", &self.spin_wait)
+            .field("data_dir", &self.data_dir)
             .finish()
     }
 }
@@ -113,6 +116,45 @@ impl NodeBuilder {
         self
     }
 
+    /// The member's data directory (created if missing): under the `Majority` policy the member
+    /// keeps there the highest grantor term it promised to support, written and synced before
+    /// anything that follows the promise is sent, and reads it back when it starts again. With
+    /// it, fencing tokens issued after any restart — of any members, the whole cluster
+    /// included, `kill -9` or power loss — exceed every token issued before. Without it
+    /// (the default), tokens can go back when the members that supported the last grantor all
+    /// restart. Give each member process its own directory, on storage that survives the
+    /// process, and keep it: deleting it is like never having had it. Not used under
+    /// `Available` (its tokens carry the view epoch, which a restarted cluster starts again).
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node, PartitionPolicy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = std::env::temp_dir().join(format!("conclave-doc-{}", std::process::id()));
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let node = Node::builder("billing")
+    ///         .transport(network.transport())
+    ///         .config(EndpointConfig::local())
+    ///         .partition_policy(PartitionPolicy::Majority { cluster_size: 1 })
+    ///         .data_dir(&dir)
+    ///         .join()
+    ///         .await?;
+    ///     node.wait_until_serving().await;
+    ///     node.leave().await;
+    ///     Ok::<(), conclave::NodeError>(())
+    /// })?;
+    /// assert!(dir.join("promised-term").exists());
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
     /// Starts the node's driver thread and waits until the node is in a view: it joined the
     /// cluster's coordinator, or, finding none, founded the cluster.
     ///
@@ -130,14 +172,22 @@ impl NodeBuilder {
         let transport = self.transport.ok_or(NodeError::NoTransport)?;
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;
         let leave_bound = self.config.gms.leave_timeout * 2 + Duration::from_millis(200);
-        let endpoint = Endpoint::new(
+        let durable = match &self.data_dir {
+            Some(dir) => Some(TermFile::open(dir).map_err(NodeError::DataDir)?),
+            None => None,
+        };
+        let mut endpoint = Endpoint::new(
             &self.cluster,
             member,
             self.config,
             transport.max_datagram_size(),
         );
+        if let Some(file) = &durable {
+            endpoint.restore_term(file.saved());
+        }
         let (commands, receiver) = async_channel::unbounded();
         let inner = Arc::new(Inner::new(endpoint, transport, commands, self.spin_wait));
+        inner.lock().durable = durable;
         let thread =
             driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;
         *inner
@@ -230,6 +280,7 @@ impl Node {
             config: EndpointConfig::default(),
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             spin_wait: DEFAULT_SPIN_WAIT,
+            data_dir: None,
         }
     }
 

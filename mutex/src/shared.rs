@@ -25,6 +25,7 @@ use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit}
 use event_listener::Event;
 use tracing::{debug, warn};
 
+use crate::durable::TermFile;
 use crate::duty::ReceiveDuty;
 
 /// What the driver thread is asked to do.
@@ -291,6 +292,10 @@ pub(crate) struct Shared {
     pub(crate) serving_grantor: Option<MemberId>,
     /// Woken when a serving grantor becomes known, and when the driver stops.
     pub(crate) serving_wakers: Vec<Waker>,
+    /// The data directory's promised-term file, if the node has one.
+    pub(crate) durable: Option<TermFile>,
+    /// A promised term not yet on disk (a write failed): nothing is sent until it is.
+    unsaved: Option<u64>,
 }
 
 impl Shared {
@@ -310,6 +315,8 @@ impl Shared {
             closed_wakers: Vec::new(),
             serving_grantor: None,
             serving_wakers: Vec::new(),
+            durable: None,
+            unsaved: None,
         }
     }
 
@@ -427,7 +434,13 @@ impl Shared {
                 EndpointEvent::Lock(notice) => self.handle_notice(now, notice, &mut effects),
             }
         }
-        effects.transmits = std::iter::from_fn(|| self.endpoint.poll_transmit()).collect();
+        if self.persist_promises() {
+            effects.transmits = std::iter::from_fn(|| self.endpoint.poll_transmit()).collect();
+        } else {
+            // The promise is not on disk: sending what follows it would break the guarantee
+            // that tokens never go back. The protocol retransmits once the disk takes it.
+            while self.endpoint.poll_transmit().is_some() {}
+        }
         let deadline = self.endpoint.poll_timeout();
         effects.wake_driver = match (deadline, self.armed) {
             (Some(new), Some(armed)) => new < armed,
@@ -435,6 +448,30 @@ impl Shared {
             (None, _) => false,
         };
         effects
+    }
+
+    /// Writes the term the endpoint just promised to the data directory, under the state lock
+    /// (so nothing that follows the promise can leave first). Returns whether the disk is up
+    /// to date, so that the datagrams may go.
+    fn persist_promises(&mut self) -> bool {
+        let promised = self.endpoint.poll_durable_term();
+        let Some(file) = self.durable.as_mut() else {
+            return true;
+        };
+        self.unsaved = self.unsaved.max(promised);
+        let Some(term) = self.unsaved else {
+            return true;
+        };
+        match file.store(term) {
+            Ok(()) => {
+                self.unsaved = None;
+                true
+            }
+            Err(error) => {
+                tracing::error!(%error, term, "cannot write the promised term to the data directory; sending nothing until it can");
+                false
+            }
+        }
     }
 
     fn handle_notice(&mut self, now: Instant, notice: LockNotice, effects: &mut Effects) {

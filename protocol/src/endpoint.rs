@@ -127,6 +127,10 @@ pub struct EndpointStats {
 ///    treats every send as possibly lost and retransmits.
 /// 6. **Leaving.** After [`Endpoint::leave`], keep driving until [`Endpoint::is_drained`] (or a
 ///    bound of the driver's choosing), so the leave and the last acknowledgements go out.
+/// 7. **Stable storage** (`Majority`, optional). After every input, before sending, take
+///    [`Endpoint::poll_durable_term`] and, if it is `Some`, write it durably; restore the
+///    stored value with [`Endpoint::restore_term`] when the member starts again. Without it,
+///    fencing tokens stay increasing across any restart but a restart of the whole cluster.
 ///
 /// The drive loop, as the driver and the simulator run it:
 ///
@@ -390,6 +394,22 @@ impl Endpoint {
             }
         }
         self.transmits.pop_front()
+    }
+
+    /// `Majority`: restores the highest term this member promised in an earlier life (read
+    /// from the stable storage [`Endpoint::poll_durable_term`] fills). Call it after
+    /// [`Endpoint::new`], before [`Endpoint::join`].
+    pub fn restore_term(&mut self, term: u64) {
+        self.locks.restore_term(term);
+    }
+
+    /// `Majority`: a term to write to stable storage (durably: written and synced) **before**
+    /// sending any datagram [`Endpoint::poll_transmit`] gives after the input that produced it.
+    /// A driver without stable storage ignores it; then fencing tokens can go back after the
+    /// whole cluster restarts.
+    #[must_use]
+    pub fn poll_durable_term(&mut self) -> Option<u64> {
+        self.locks.poll_durable_term()
     }
 
     /// The next event for the application.

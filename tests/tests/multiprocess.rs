@@ -58,6 +58,7 @@ over_both_backends!(
     a_paused_grantor_grants_nothing_when_it_wakes,
     a_killed_member_restarts_and_rejoins_as_a_new_member,
     garbage_and_foreign_traffic_is_ignored,
+    tokens_never_go_back_after_the_whole_cluster_restarts,
 );
 
 fn three_processes_form_one_view(backend: Backend) {
@@ -146,6 +147,45 @@ fn a_paused_grantor_grants_nothing_when_it_wakes(backend: Backend) {
     cluster.members[other].send("unlock x");
     cluster.members[other].expect("released", |l| l == "RELEASED x");
     cluster.members[grantor].expect("served after the release", |l| l.starts_with("GRANTED x "));
+}
+
+/// `kill -9` of every member of a `Majority` cluster while one holds a lock, then a restart of
+/// all of them on their data directories: the first token issued afterwards exceeds the last
+/// one issued before (without the data directories the new grantor's term, and its tokens,
+/// would start low again).
+fn tokens_never_go_back_after_the_whole_cluster_restarts(backend: Backend) {
+    let mut cluster = Cluster::new("restart-all", 8, backend);
+    cluster.majority = Some(3);
+    cluster.data_dirs = true;
+    let names = ["a", "b", "c"];
+    let view = cluster.start_all(&names);
+    let mut last = 0u64;
+    for (round, id) in view.iter().cycle().take(4).enumerate() {
+        let i = cluster.index_of(id);
+        cluster.members[i].send("lock t");
+        let line = cluster.members[i].expect("granted", |l| l.starts_with("GRANTED t "));
+        let token: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        if round < 3 {
+            cluster.members[i].send("unlock t");
+            cluster.members[i].expect("released", |l| l == "RELEASED t");
+        }
+    }
+    for member in &mut cluster.members {
+        member.kill();
+    }
+    cluster.members.clear();
+    cluster.start_all(&names);
+    let first = cluster.members.len() - 1;
+    cluster.members[first].send("lock t");
+    let line =
+        cluster.members[first].expect("granted after the restart", |l| l.starts_with("GRANTED t "));
+    let token: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        token > last,
+        "the first token after the restart, {token}, does not exceed the last before, {last}"
+    );
 }
 
 /// `kill -9` of the coordinator of three processes, one survivor holding a lock, the other
@@ -542,14 +582,16 @@ struct Cluster {
     members: Vec<Member>,
     /// `--majority N` for the members started from now on.
     majority: Option<usize>,
+    /// Whether members get `--data-dir <dir>/<name>` (their data survives a restart).
+    data_dirs: bool,
 }
 
 impl Cluster {
-    /// A cluster for test number `test` (below 8) of this process.
+    /// A cluster for test number `test` (below 16) of this process.
     fn new(test: &str, index: u8, backend: Backend) -> Self {
-        assert!(index < 8);
+        assert!(index < 16);
         let pid = std::process::id();
-        let port = 20_000 + (pid % 5_000) as u16 * 8 + u16::from(index);
+        let port = 20_000 + (pid % 2_500) as u16 * 16 + u16::from(index);
         let group = Ipv4Addr::new(239, 200 + index, (pid >> 8) as u8, pid as u8);
         let kind = format!("{backend:?}").to_lowercase();
         let test = format!("{test}-{kind}");
@@ -564,6 +606,7 @@ impl Cluster {
             dir,
             members: Vec::new(),
             majority: None,
+            data_dirs: false,
         }
     }
 
@@ -583,6 +626,10 @@ impl Cluster {
         }
         if let Some(n) = self.majority {
             args.extend(["--majority".to_owned(), n.to_string()]);
+        }
+        if self.data_dirs {
+            let dir = self.dir.join("data").join(name);
+            args.extend(["--data-dir".to_owned(), dir.display().to_string()]);
         }
         Member::spawn(name, &args)
     }

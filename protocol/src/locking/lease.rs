@@ -56,11 +56,28 @@ pub(crate) struct Support {
     to_echo: BTreeMap<MemberId, Probe>,
     /// Sabotage (simulator): echo every grantor that probes, at once, with no promise.
     pub(crate) promise_anyone: bool,
+    /// The highest term promised in an earlier life of this member (restored from stable
+    /// storage): never echoed again, so every later term exceeds it.
+    floor: u64,
+    /// The highest term promised in this life that stable storage has not been told of.
+    unsaved: Option<u64>,
 }
 
 impl Support {
     pub(crate) fn touch(&mut self, now: Instant) {
         self.born.get_or_insert(now);
+    }
+
+    /// Restores the highest term this member promised before it restarted.
+    pub(crate) fn restore(&mut self, floor: u64) {
+        self.floor = self.floor.max(floor);
+        self.observe_term(floor);
+    }
+
+    /// A term to write to stable storage before anything this member sends next (each
+    /// promised term, once).
+    pub(crate) fn take_unsaved(&mut self) -> Option<u64> {
+        self.unsaved.take()
     }
 
     /// Records that `term` exists somewhere.
@@ -79,6 +96,9 @@ impl Support {
         if self.promise_anyone {
             return true;
         }
+        if term <= self.floor {
+            return false;
+        }
         if self.born.is_none_or(|born| now < born + born_wait) {
             return false;
         }
@@ -93,6 +113,9 @@ impl Support {
 
     /// Promises `grantor`'s `term` until `now + duration`.
     fn promise(&mut self, now: Instant, grantor: &MemberId, term: u64, duration: Duration) {
+        if self.promised.as_ref().is_none_or(|(t, _)| *t < term) {
+            self.unsaved = Some(term);
+        }
         self.promised = Some((term, grantor.clone()));
         self.promise_until = Some(now + duration);
         self.observe_term(term);
@@ -146,6 +169,11 @@ impl Support {
     pub(crate) fn refuses(&self, grantor: &MemberId, term: u64) -> Option<u64> {
         if self.promise_anyone {
             return None;
+        }
+        if term <= self.floor {
+            // Promised in an earlier life, maybe to this very grantor: it must move on.
+            let promised = self.promised.as_ref().map_or(0, |(t, _)| *t);
+            return Some(self.floor.max(promised));
         }
         let (promised_term, promised_to) = self.promised.as_ref()?;
         // A stale probe of a term the grantor itself has left behind needs no answer.

@@ -959,6 +959,21 @@ impl LockService {
         }
     }
 
+    /// `Majority`: restores the highest term this member promised before it restarted, read
+    /// from stable storage. It never supports that term or a lower one again, so every
+    /// grantor's later term, and every fencing token issued in it, exceeds the tokens issued
+    /// before the restart (see `docs/protocol.md`, "Tokens across restarts").
+    pub fn restore_term(&mut self, term: u64) {
+        self.support.restore(term);
+    }
+
+    /// `Majority`: a term this member must write to stable storage before it sends what it
+    /// produced since the last call (it just promised it; see [`LockService::restore_term`]).
+    #[must_use]
+    pub fn poll_durable_term(&mut self) -> Option<u64> {
+        self.support.take_unsaved()
+    }
+
     /// The grantor this member knows to be serving (see [`LockNotice::GrantorServing`]).
     pub fn serving_grantor(&self) -> Option<&MemberId> {
         self.serving_grantor.as_ref()

@@ -906,3 +906,57 @@ fn majority_a_copy_of_a_grant_given_back_is_not_accepted() {
     }
     assert!(c.granted(3, waiter).is_some(), "the waiter is served");
 }
+
+/// Runs `c` until `n`'s `request` is granted (a fresh cluster waits out the born wait, the
+/// quorum and the grace period first); its token.
+fn granted_within(c: &mut Cluster, n: u8, request: RequestId) -> FencingToken {
+    for _ in 0..400 {
+        if let Some(token) = c.granted(n, request) {
+            return token;
+        }
+        c.advance(Duration::from_millis(25));
+    }
+    panic!("not granted within 10 s of cluster time");
+}
+
+/// The term each member promised last, as a driver would have written it to disk.
+fn disk_terms(c: &mut Cluster, members: &[u8]) -> Vec<u64> {
+    members
+        .iter()
+        .map(|n| c.node(*n).poll_durable_term().unwrap_or(0))
+        .collect()
+}
+
+/// After the whole cluster restarts, fencing tokens keep increasing if the members restore
+/// the terms they promised; without them, the new grantor's tokens start low again.
+#[test]
+fn majority_tokens_never_go_back_across_a_whole_cluster_restart() {
+    let run = |restore: bool| {
+        let mut c = Cluster::new(&[1, 2, 3], majority(3));
+        c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+        let r = c.lock(2, 1, "x", LockMode::Exclusive, true);
+        let before = granted_within(&mut c, 2, r);
+        let disks = disk_terms(&mut c, &[1, 2, 3]);
+        assert!(
+            disks.iter().filter(|t| **t >= before.0 >> 32).count() >= 2,
+            "a majority wrote the term: {disks:?}"
+        );
+        // Every process dies; new incarnations start on the same disks.
+        let mut c = Cluster::new(&[4, 5, 6], majority(3));
+        if restore {
+            for (n, term) in [4, 5, 6].into_iter().zip(disks) {
+                c.node(n).restore_term(term);
+            }
+        }
+        c.install(1, &[4, 5, 6], ViewOrigin::Founded);
+        let r = c.lock(5, 1, "x", LockMode::Exclusive, true);
+        (before, granted_within(&mut c, 5, r))
+    };
+    let (before, after) = run(true);
+    assert!(after > before, "{after:?} after {before:?}");
+    let (before, forgetful) = run(false);
+    assert!(
+        forgetful <= before,
+        "without the disks the tokens go back: {forgetful:?} after {before:?}"
+    );
+}

@@ -162,8 +162,13 @@ impl Simulation {
                     // or, under `Majority`, another grantor's term of the same or a lower
                     // number, begun after a node restarted (a member in both majorities forgot
                     // the higher term it had supported: see docs/protocol.md, "Tokens").
-                    let forgot = known_epoch < last.epoch()
-                        || (majority && *last_grantor != grantor && self.report.starts > *starts);
+                    // With durable terms, nothing is excused under `Majority`.
+                    let durable = majority && self.config.durable_terms;
+                    let forgot = !durable
+                        && (known_epoch < last.epoch()
+                            || (majority
+                                && *last_grantor != grantor
+                                && self.report.starts > *starts));
                     if token <= last && forgot {
                         self.report.token_amnesia += 1;
                     } else if token <= last {

@@ -99,6 +99,10 @@ pub struct SimConfig {
     /// The harsh profile's extra faults (link cuts, process pauses, long reorderings, clock
     /// drift); `None` is the gentle profile. Default `None`.
     pub harsh: Option<HarshFaults>,
+    /// Whether nodes keep their promised term on a disk that survives restarts
+    /// ([`crate::Endpoint::poll_durable_term`]); with it, `Majority` fencing tokens never go
+    /// back (no amnesia is excused), without it a restart may make them.
+    pub durable_terms: bool,
 }
 
 impl Default for SimConfig {
@@ -120,6 +124,7 @@ impl Default for SimConfig {
             max_down: usize::MAX,
             max_steps: 3_000_000,
             harsh: None,
+            durable_terms: true,
         }
     }
 }
@@ -227,6 +232,8 @@ struct Slot {
     minority_since: Option<Instant>,
     /// When (on this node's clock) it last ran its due timers.
     timers_ran: Option<Instant>,
+    /// The node's disk: the highest term it wrote (survives restarts).
+    disk_term: u64,
     actors: Vec<Actor>,
     next_owner: u64,
     /// Requests of this incarnation that were granted (a second grant is a violation).
@@ -283,6 +290,7 @@ impl Simulation {
                 last_view_len: 0,
                 minority_since: None,
                 timers_ran: None,
+                disk_term: 0,
                 actors: Vec::new(),
                 next_owner: 1,
                 granted: BTreeSet::new(),
@@ -572,6 +580,9 @@ impl Simulation {
         );
         endpoint.gms_mut().set_sabotage(self.config.sabotage);
         endpoint.locks_mut().set_sabotage(self.config.lock_sabotage);
+        if self.config.durable_terms {
+            endpoint.restore_term(slot.disk_term);
+        }
         endpoint.join(local);
         slot.endpoint = Some(endpoint);
         slot.state = SlotState::Up;
@@ -663,6 +674,14 @@ impl Simulation {
         for index in 0..self.slots.len() {
             let mut transmits = Vec::new();
             let mut events = Vec::new();
+            if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
+                // The driving contract: the promised term reaches the disk before anything
+                // sent after it.
+                if let Some(term) = endpoint.poll_durable_term() {
+                    let slot = &mut self.slots[index];
+                    slot.disk_term = slot.disk_term.max(term);
+                }
+            }
             if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
                 transmits.extend(std::iter::from_fn(|| endpoint.poll_transmit()));
                 events.extend(std::iter::from_fn(|| endpoint.poll_event()));

@@ -3,8 +3,8 @@
 //! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
-//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR]
 //! ```
 //!
 //! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
@@ -13,7 +13,8 @@
 //! discovers its peers through the seed addresses, which must be loopback addresses; with no
 //! seeds it founds the cluster. Either way it uses the fast one-host timings
 //! ([`EndpointConfig::local`]). `--majority N` selects the `Majority { cluster_size: N }`
-//! partition policy. The member name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
+//! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
+//! term it promised, so fencing tokens never go back across restarts). The member name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
 //!
@@ -65,8 +66,8 @@ const MAX_INCR: u64 = 100_000;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 const USAGE: &str =
-    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N]
-       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N]";
+    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR]
+       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR]";
 
 /// The most seed addresses accepted.
 const MAX_SEEDS: usize = 64;
@@ -94,6 +95,7 @@ struct Args {
     name: String,
     backend: Backend,
     majority: Option<usize>,
+    data_dir: Option<PathBuf>,
 }
 
 /// Which transport, and where.
@@ -106,8 +108,13 @@ impl Args {
     fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
         let mut positional = Vec::new();
         let mut majority = None;
+        let mut data_dir = None;
         while let Some(arg) = args.next() {
-            if arg == "--majority" {
+            if arg == "--data-dir" {
+                data_dir = Some(PathBuf::from(
+                    args.next().ok_or("--data-dir needs a directory")?,
+                ));
+            } else if arg == "--majority" {
                 let n = args.next().ok_or("--majority needs a cluster size")?;
                 let n: usize = n.parse().map_err(|e| format!("--majority {n}: {e}"))?;
                 if n == 0 {
@@ -164,6 +171,7 @@ impl Args {
             name,
             backend,
             majority,
+            data_dir,
         })
     }
 }
@@ -206,6 +214,9 @@ async fn run(args: Args) -> Result<(), String> {
         .join_timeout(JOIN_TIMEOUT);
     if let Some(cluster_size) = args.majority {
         builder = builder.partition_policy(PartitionPolicy::Majority { cluster_size });
+    }
+    if let Some(dir) = args.data_dir {
+        builder = builder.data_dir(dir);
     }
     let node = builder.join().await.map_err(|e| format!("join: {e}"))?;
     let mut views = node.views();

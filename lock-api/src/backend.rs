@@ -23,6 +23,7 @@ use crate::event::{LockEvent, LockLostReason, UnexpectedGrant};
 use crate::ids::{MemberId, OwnerId, RequestId};
 use crate::lock::{FencingToken, LockMode, LockName};
 use crate::view::View;
+use crate::wire::TableLock;
 
 /// A lock request as the front end hands it to a backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,6 +163,79 @@ impl HeldLock {
     }
 }
 
+/// A grantor's lock table, for inspection: what an operator's dashboard or a CLI status
+/// command reads ([`LockBackend::request_table`]). Its `Display` is a printable table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrantorTable {
+    /// The grantor that answered.
+    pub grantor: MemberId,
+    /// The epoch of its view.
+    pub epoch: u64,
+    /// Every lock with holders or waiters, by name: holders, and waiters in queue order.
+    pub locks: Vec<TableLock>,
+    /// The grantor had more locks than an answer carries
+    /// ([`TABLE_LOCKS_MAX`](crate::wire::TABLE_LOCKS_MAX)); the first ones by name are here.
+    pub truncated: bool,
+}
+
+impl GrantorTable {
+    /// A table of `grantor`, in its view of `epoch`.
+    pub fn new(grantor: MemberId, epoch: u64, locks: Vec<TableLock>, truncated: bool) -> Self {
+        Self {
+            grantor,
+            epoch,
+            locks,
+            truncated,
+        }
+    }
+}
+
+impl fmt::Display for GrantorTable {
+    /// One line for the grantor, then one per lock: its holders (owner, mode, token) and its
+    /// waiters in order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "grantor {} (view epoch {}), {} lock(s){}",
+            self.grantor,
+            self.epoch,
+            self.locks.len(),
+            if self.truncated { ", truncated" } else { "" }
+        )?;
+        for lock in &self.locks {
+            write!(f, "  {}: held by", lock.name)?;
+            if lock.holders.is_empty() {
+                write!(f, " nobody")?;
+            }
+            for (i, h) in lock.holders.iter().enumerate() {
+                let sep = if i == 0 { " " } else { ", " };
+                write!(
+                    f,
+                    "{sep}{}:{} ({:?}, token {})",
+                    h.owner.member, h.owner.local, h.mode, h.token
+                )?;
+            }
+            if !lock.waiters.is_empty() {
+                write!(f, "; waiting:")?;
+                for (i, w) in lock.waiters.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(
+                        f,
+                        "{sep}{}. {}:{} ({:?})",
+                        i + 1,
+                        w.owner.member,
+                        w.owner.local,
+                        w.mode
+                    )?;
+                }
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
 /// What grants locks to the front end: the seam every backend implements.
 ///
 /// The front end (`conclave`'s `DistributedMutex`, `ReentrantLock`, `RwLock`, their guards,
@@ -277,6 +351,22 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Ready with the serving grantor once one is known, or with `None` once the backend has
     /// shut down.
     fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>>;
+
+    /// Asks the grantor for its lock table; returns the query, answered by
+    /// [`LockBackend::poll_table`].
+    ///
+    /// # Errors
+    /// [`LockError::Shutdown`] after shutdown.
+    fn request_table(&self) -> Result<u64, LockError>;
+
+    /// The answer to table query `query`: the table, or [`LockError::Unavailable`] if no
+    /// grantor could answer (none serving, or the grantor changed before it answered), or
+    /// [`LockError::Shutdown`]. The query is forgotten once this is ready.
+    fn poll_table(&self, query: u64, cx: &mut Context<'_>)
+        -> Poll<Result<GrantorTable, LockError>>;
+
+    /// Forgets table query `query` (its future was dropped).
+    fn cancel_table(&self, query: u64);
 
     /// A stream of the views this member installs, starting with the current one; it ends at
     /// shutdown.

@@ -33,8 +33,8 @@ pub mod wake;
 pub mod wire;
 
 pub use backend::{
-    Acquire, HeldLock, LockBackend, LockLost, LockStatus, LostHandler, UnexpectedHandler,
-    UnexpectedLock,
+    Acquire, GrantorTable, HeldLock, LockBackend, LockLost, LockStatus, LostHandler,
+    UnexpectedHandler, UnexpectedLock,
 };
 pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason, UnexpectedGrant};

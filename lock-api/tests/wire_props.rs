@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, HeldLock,
     LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
-    Segment, StreamAck, BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN,
-    MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    Segment, StreamAck, TableHolder, TableLock, TableWaiter, BUNDLED_SEGMENT_OVERHEAD_MAX,
+    HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -348,6 +348,26 @@ fn arb_pending_release() -> BoxedStrategy<PendingRelease> {
         .boxed()
 }
 
+fn arb_table_lock() -> BoxedStrategy<TableLock> {
+    (
+        arb_lock_name(),
+        prop::collection::vec((arb_owner_id(), arb_lock_mode(), arb_token()), 0..3),
+        prop::collection::vec((arb_owner_id(), arb_lock_mode()), 0..3),
+    )
+        .prop_map(|(name, holders, waiters)| TableLock {
+            name,
+            holders: holders
+                .into_iter()
+                .map(|(owner, mode, token)| TableHolder { owner, mode, token })
+                .collect(),
+            waiters: waiters
+                .into_iter()
+                .map(|(owner, mode)| TableWaiter { owner, mode })
+                .collect(),
+        })
+        .boxed()
+}
+
 fn arb_lock_message() -> BoxedStrategy<LockMessage> {
     prop_oneof![
         (
@@ -375,6 +395,23 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
         (arb_request_id(), any::<u32>())
             .prop_map(|(request, position)| LockMessage::Queued { request, position }),
         arb_u64().prop_map(|epoch| LockMessage::Serving { epoch }),
+        arb_u64().prop_map(|query| LockMessage::TableRequest { query }),
+        (
+            arb_u64(),
+            arb_u64(),
+            any::<bool>(),
+            any::<bool>(),
+            prop::collection::vec(arb_table_lock(), 0..3)
+        )
+            .prop_map(
+                |(query, epoch, unavailable, truncated, locks)| LockMessage::Table {
+                    query,
+                    epoch,
+                    unavailable,
+                    truncated,
+                    locks
+                }
+            ),
         (arb_request_id(), arb_lock_name())
             .prop_map(|(request, name)| LockMessage::Cancel { request, name }),
         (
@@ -476,6 +513,8 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::LockInfoResponse { .. }) => "LockInfoResponse",
         Message::Lock(LockMessage::DuplicateLock { .. }) => "DuplicateLock",
         Message::Lock(LockMessage::Serving { .. }) => "Serving",
+        Message::Lock(LockMessage::TableRequest { .. }) => "TableRequest",
+        Message::Lock(LockMessage::Table { .. }) => "Table",
     }
 }
 
@@ -499,7 +538,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 18, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 20, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

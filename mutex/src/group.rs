@@ -14,13 +14,14 @@
 use std::task::{Context, Poll};
 
 use conclave_lock_api::{
-    Acquire, FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLostReason, LockName,
-    LockStatus, LostHandler, MemberId, RequestId, UnexpectedHandler, UnlockError, View,
+    Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent,
+    LockLostReason, LockName, LockStatus, LostHandler, MemberId, RequestId, UnexpectedHandler,
+    UnlockError, View,
 };
 use conclave_protocol::locking::{HoldStatus, LockRequest};
 use futures::stream::BoxStream;
 
-use crate::shared::{Command, Inner, Phase};
+use crate::shared::{Command, Inner, Phase, TableQuery};
 
 /// The most datagrams a spinning wait handles in one poll before it yields.
 const PUMP_LIMIT: usize = 64;
@@ -313,6 +314,48 @@ impl LockBackend for Inner {
             shared.serving_wakers.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+
+    fn request_table(&self) -> Result<u64, LockError> {
+        let (query, effects) = {
+            let mut shared = self.lock();
+            if shared.phase != Phase::Running {
+                return Err(LockError::Shutdown);
+            }
+            let now = self.now();
+            // Registered before the endpoint can answer (it answers at once when this member
+            // is the grantor).
+            let query = shared.endpoint.locks().next_query();
+            shared.tables.insert(query, TableQuery::default());
+            let asked = shared.endpoint.query_table(now);
+            debug_assert_eq!(asked, query);
+            (query, shared.settle(now))
+        };
+        self.flush(effects);
+        Ok(query)
+    }
+
+    fn poll_table(
+        &self,
+        query: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<GrantorTable, LockError>> {
+        let mut shared = self.lock();
+        let Some(waiting) = shared.tables.get_mut(&query) else {
+            return Poll::Ready(Err(LockError::Shutdown));
+        };
+        if let Some(answer) = waiting.answer.take() {
+            shared.tables.remove(&query);
+            return Poll::Ready(answer);
+        }
+        if !waiting.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            waiting.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    fn cancel_table(&self, query: u64) {
+        self.lock().tables.remove(&query);
     }
 
     fn views(&self) -> BoxStream<'static, View> {

@@ -119,9 +119,9 @@ pub mod docs {
 
 pub use conclave_lock_api as api;
 pub use conclave_lock_api::{
-    FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason, LockMode,
-    LockName, LockNameError, LockStatus, MemberId, OwnerId, UnexpectedGrant, UnexpectedLock,
-    UnlockError, View,
+    FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
+    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId,
+    UnexpectedGrant, UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
 pub use conclave_protocol::locking::PartitionPolicy;

@@ -43,10 +43,11 @@ use std::time::Instant;
 
 use async_channel::Sender;
 use async_io::Timer;
+use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, TABLE_LOCKS_MAX};
 use conclave_lock_api::{
-    Acquire, FencingToken, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason,
-    LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId, UnexpectedHandler,
-    UnlockError, View,
+    Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
+    LockLostReason, LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId,
+    UnexpectedHandler, UnlockError, View,
 };
 use futures::stream::BoxStream;
 
@@ -128,6 +129,7 @@ struct State {
     last_token: u64,
     next_owner: u64,
     next_request: u64,
+    next_query: u64,
     locks: BTreeMap<LockName, Entry>,
     requests: BTreeMap<RequestId, Record>,
     events: Vec<Sender<LockEvent>>,
@@ -444,6 +446,76 @@ impl LockBackend for LocalBackend {
     fn poll_serving_grantor(&self, _cx: &mut Context<'_>) -> Poll<Option<MemberId>> {
         Poll::Ready(self.serving_grantor())
     }
+
+    fn request_table(&self) -> Result<u64, LockError> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(LockError::Shutdown);
+        }
+        state.next_query += 1;
+        Ok(state.next_query)
+    }
+
+    fn poll_table(
+        &self,
+        _query: u64,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Result<GrantorTable, LockError>> {
+        // This process is the grantor: its table is the answer, now.
+        let state = self.lock();
+        if state.closed {
+            return Poll::Ready(Err(LockError::Shutdown));
+        }
+        let holder = |r: &RequestId| state.requests.get(r);
+        let locks = state
+            .locks
+            .iter()
+            .filter(|(_, e)| !e.holders.is_empty() || !e.queue.is_empty())
+            .take(TABLE_LOCKS_MAX)
+            .map(|(name, e)| TableLock {
+                name: name.clone(),
+                holders: e
+                    .holders
+                    .iter()
+                    .filter_map(|(r, mode)| {
+                        let record = holder(r)?;
+                        let Stage::Held(token) = record.stage else {
+                            return None;
+                        };
+                        Some(TableHolder {
+                            owner: self.owner_id(record.owner),
+                            mode: *mode,
+                            token,
+                        })
+                    })
+                    .collect(),
+                waiters: e
+                    .queue
+                    .iter()
+                    .filter_map(|r| {
+                        let record = holder(r)?;
+                        Some(TableWaiter {
+                            owner: self.owner_id(record.owner),
+                            mode: record.mode,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let in_use = state
+            .locks
+            .values()
+            .filter(|e| !e.holders.is_empty() || !e.queue.is_empty())
+            .count();
+        Poll::Ready(Ok(GrantorTable::new(
+            self.member.clone(),
+            self.view.epoch(),
+            locks,
+            in_use > TABLE_LOCKS_MAX,
+        )))
+    }
+
+    fn cancel_table(&self, _query: u64) {}
 
     fn views(&self) -> BoxStream<'static, View> {
         let (sender, receiver) = async_channel::unbounded();

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_io::Timer;
 use conclave_lock_api::{
-    HeldLock, LockBackend, LockEvent, LockLost, LockName, LockNameError, MemberId, MemberNameError,
-    Transport, UnexpectedLock, View,
+    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockName, LockNameError,
+    MemberId, MemberNameError, Transport, UnexpectedLock, View,
 };
 use conclave_protocol::locking::PartitionPolicy;
 use conclave_protocol::{Endpoint, EndpointConfig};
@@ -424,6 +424,58 @@ impl Node {
     /// ```
     pub async fn wait_until_serving(&self) -> Option<MemberId> {
         std::future::poll_fn(|cx| self.backend.poll_serving_grantor(cx)).await
+    }
+
+    /// The grantor's lock table, asked of the grantor from this member (any member can ask):
+    /// for each lock with holders or waiters, its holders (owner, mode, fencing token) and
+    /// its waiters in queue order, with the grantor and its view epoch. Its `Display` is a
+    /// printable table, as JGroups prints its lock table and Geode's `dumpService` does.
+    ///
+    /// # Errors
+    /// [`crate::LockError::Unavailable`] if no grantor could answer (none serves now, e.g.
+    /// during a failover, or the grantor changed before it answered); retry shortly.
+    /// [`crate::LockError::Shutdown`] if the node stopped.
+    ///
+    /// # Cancel safety
+    /// Dropping the future forgets the question; wrap it in a timeout of your runtime if the
+    /// grantor may be cut off (a partition the membership has not noticed yet).
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let join = |name: &'static str| {
+    ///         Node::builder("inspect")
+    ///             .name(name)
+    ///             .transport(network.transport())
+    ///             .config(EndpointConfig::local())
+    ///             .join()
+    ///     };
+    ///     let (a, b) = (join("a").await?, join("b").await?);
+    ///     b.wait_until_serving().await;
+    ///     let guard = a.mutex("invoice-42")?.lock().await?;
+    ///     let table = b.lock_table().await?; // served by the grantor, `a`
+    ///     assert_eq!(table.locks[0].name.as_str(), "invoice-42");
+    ///     assert_eq!(table.locks[0].holders[0].token, guard.fencing_token());
+    ///     println!("{table}");
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn lock_table(&self) -> Result<GrantorTable, LockError> {
+        /// Forgets the query if the future is dropped before the answer.
+        struct Asked<'a>(&'a dyn LockBackend, u64);
+        impl Drop for Asked<'_> {
+            fn drop(&mut self) {
+                self.0.cancel_table(self.1);
+            }
+        }
+        let query = self.backend.request_table()?;
+        let _asked = Asked(&*self.backend, query);
+        std::future::poll_fn(|cx| self.backend.poll_table(query, cx)).await
     }
 
     /// A stream of the lock events of this member (handles created, owners waiting, locks

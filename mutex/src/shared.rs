@@ -16,9 +16,9 @@ use std::thread::JoinHandle;
 
 use async_channel::Sender;
 use conclave_lock_api::{
-    FencingToken, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName, LostHandler,
-    MemberId, OwnerId, RequestId, Transport, UnexpectedGrant, UnexpectedHandler, UnexpectedLock,
-    View,
+    FencingToken, GrantorTable, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName,
+    LostHandler, MemberId, OwnerId, RequestId, Transport, UnexpectedGrant, UnexpectedHandler,
+    UnexpectedLock, View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
@@ -243,6 +243,13 @@ impl Slot {
     }
 }
 
+/// A table query of the front end, from request to answer.
+#[derive(Debug, Default)]
+pub(crate) struct TableQuery {
+    pub(crate) answer: Option<Result<GrantorTable, LockError>>,
+    pub(crate) wakers: Vec<Waker>,
+}
+
 /// What a call into the endpoint left to do once the state lock is released.
 #[derive(Default)]
 #[must_use]
@@ -292,6 +299,8 @@ pub(crate) struct Shared {
     pub(crate) serving_grantor: Option<MemberId>,
     /// Woken when a serving grantor becomes known, and when the driver stops.
     pub(crate) serving_wakers: Vec<Waker>,
+    /// Table queries: the answer once it came, and who waits for it.
+    pub(crate) tables: BTreeMap<u64, TableQuery>,
     /// The data directory's promised-term file, if the node has one.
     pub(crate) durable: Option<TermFile>,
     /// A promised term not yet on disk (a write failed): nothing is sent until it is.
@@ -317,6 +326,7 @@ impl Shared {
             serving_wakers: Vec::new(),
             durable: None,
             unsaved: None,
+            tables: BTreeMap::new(),
         }
     }
 
@@ -538,6 +548,14 @@ impl Shared {
                     slot.wake();
                 }
             }
+            LockNotice::Table { query, table } => {
+                if let Some(waiting) = self.tables.get_mut(&query) {
+                    waiting.answer = Some(table.ok_or(LockError::Unavailable));
+                    for waker in waiting.wakers.drain(..) {
+                        waker.wake();
+                    }
+                }
+            }
             LockNotice::GrantorServing { grantor } => {
                 debug!(member = %self.endpoint.local(), ?grantor, "serving grantor");
                 if grantor.is_some() {
@@ -652,6 +670,12 @@ impl Shared {
             .chain(self.serving_wakers.drain(..))
         {
             waker.wake();
+        }
+        for query in self.tables.values_mut() {
+            query.answer.get_or_insert(Err(LockError::Shutdown));
+            for waker in query.wakers.drain(..) {
+                waker.wake();
+            }
         }
     }
 }

@@ -376,7 +376,8 @@ fn spawn_member(
                             LockNotice::Released { .. }
                             | LockNotice::Queued { .. }
                             | LockNotice::Unexpected { .. }
-                            | LockNotice::GrantorServing { .. } => continue,
+                            | LockNotice::GrantorServing { .. }
+                            | LockNotice::Table { .. } => continue,
                         };
                         if let Some(tx) = waiting.get(&request) {
                             let _ = tx.send(notice);

@@ -272,6 +272,13 @@ impl Endpoint {
         id
     }
 
+    /// Asks the grantor for its lock table. See [`LockService::query_table`].
+    pub fn query_table(&mut self, now: Instant) -> u64 {
+        let query = self.locks.query_table(now);
+        self.pump(now);
+        query
+    }
+
     /// Withdraws a pending lock request. See [`LockService::cancel`].
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
         self.locks.cancel(now, request);

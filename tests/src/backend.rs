@@ -87,6 +87,53 @@ pub async fn readiness(nodes: Vec<Node>) {
     );
 }
 
+/// Any member can read the grantor's lock table: each lock's holders (owner, mode, token) and
+/// its waiters in queue order; its printable form names them.
+pub async fn inspection(nodes: Vec<Node>) {
+    const NAME: &str = "inspect";
+    let guard = within(WAIT, "lock", at(&nodes, 0).mutex(NAME).unwrap().lock())
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    let mut queued_owners = Vec::new();
+    for i in 1..=2 {
+        let node = at(&nodes, i);
+        let mut events = node.lock_events();
+        let mut request = Box::pin(node.rw_lock(NAME).unwrap().read());
+        assert!(futures::poll!(request.as_mut()).is_pending());
+        queued_owners.push(queued(&mut events, NAME).await.0);
+        waiting.push(request);
+    }
+    for node in &nodes {
+        let table = within(WAIT, "the lock table", node.lock_table())
+            .await
+            .unwrap();
+        assert!(node.view().unwrap().contains(&table.grantor));
+        let lock = table
+            .locks
+            .iter()
+            .find(|l| l.name.as_str() == NAME)
+            .expect("the lock is in the table");
+        assert_eq!(lock.holders.len(), 1);
+        assert_eq!(lock.holders[0].owner, guard.owner());
+        assert_eq!(lock.holders[0].mode, LockMode::Exclusive);
+        assert_eq!(lock.holders[0].token, guard.fencing_token());
+        let waiters: Vec<OwnerId> = lock.waiters.iter().map(|w| w.owner.clone()).collect();
+        assert_eq!(waiters, queued_owners, "waiters in queue order");
+        assert!(lock.waiters.iter().all(|w| w.mode == LockMode::Shared));
+        let printed = table.to_string();
+        assert!(
+            printed.contains(NAME) && printed.contains("waiting"),
+            "{printed}"
+        );
+    }
+    within(WAIT, "unlock", guard.unlock()).await.unwrap();
+    for request in waiting {
+        drop(within(WAIT, "a reader", request).await.unwrap());
+    }
+    leave_all(nodes).await;
+}
+
 /// An exclusive hold excludes every other owner, on any member, until it is released; then a
 /// waiter is served with a higher token.
 pub async fn exclusion(nodes: Vec<Node>) {

@@ -174,6 +174,40 @@ pub enum GmsMessage {
     },
 }
 
+/// The most locks a [`LockMessage::Table`] answer carries (the rest is cut, `truncated`).
+pub const TABLE_LOCKS_MAX: usize = 4096;
+
+/// One lock of the grantor's table, as [`LockMessage::Table`] carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableLock {
+    /// The lock.
+    pub name: LockName,
+    /// Its holders (one exclusive, or any number of shared).
+    pub holders: Vec<TableHolder>,
+    /// Its waiters, in queue order (the first is granted next).
+    pub waiters: Vec<TableWaiter>,
+}
+
+/// A holder in a [`TableLock`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableHolder {
+    /// The owner.
+    pub owner: OwnerId,
+    /// The mode held.
+    pub mode: LockMode,
+    /// The fencing token of its grant.
+    pub token: FencingToken,
+}
+
+/// A waiter in a [`TableLock`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableWaiter {
+    /// The owner.
+    pub owner: OwnerId,
+    /// The mode asked for.
+    pub mode: LockMode,
+}
+
 /// A lock held by a member, reported during reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldLock {
@@ -333,6 +367,25 @@ pub enum LockMessage {
     Serving {
         /// Epoch of the grantor's view.
         epoch: u64,
+    },
+    /// Client → grantor: send me your lock table (inspection).
+    TableRequest {
+        /// The asker's number for the question, echoed in the answer.
+        query: u64,
+    },
+    /// Grantor → client: its lock table (at most [`TABLE_LOCKS_MAX`] locks), or `unavailable`
+    /// if it does not serve now.
+    Table {
+        /// Echo of the request's number.
+        query: u64,
+        /// Epoch of the grantor's view.
+        epoch: u64,
+        /// The grantor cannot answer now (not serving: reconciling, or not the grantor).
+        unavailable: bool,
+        /// More locks exist than were sent.
+        truncated: bool,
+        /// The locks with holders or waiters, by name.
+        locks: Vec<TableLock>,
     },
     /// Grantor → client: another holder of this lock was kept; yours is lost.
     DuplicateLock {

@@ -37,6 +37,7 @@ pub use codec::{
 pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
     Ack, Discovery, Frame, GmsMessage, HeldLock, LeaseBeat, LockMessage, Message, Packet,
-    PendingRelease, PendingRequest, Probe, Segment, StreamAck, MAX_BUNDLE,
+    PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder, TableLock, TableWaiter,
+    MAX_BUNDLE, TABLE_LOCKS_MAX,
 };
 pub use payload::Payload;

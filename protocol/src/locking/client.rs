@@ -644,7 +644,9 @@ impl Client {
             | LockMessage::Unlock { .. }
             | LockMessage::Renew { .. }
             | LockMessage::LockInfoResponse { .. }
-            | LockMessage::Serving { .. } => {}
+            | LockMessage::Serving { .. }
+            | LockMessage::TableRequest { .. }
+            | LockMessage::Table { .. } => {}
         }
     }
 

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use conclave_lock_api::wire::{LeaseBeat, LockMessage};
 use conclave_lock_api::{
-    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
+    FencingToken, GrantorTable, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
     UnexpectedGrant, View,
 };
 use thiserror::Error;
@@ -182,6 +182,14 @@ pub enum LockNotice {
         /// The serving grantor, if one is known.
         grantor: Option<MemberId>,
     },
+    /// The answer to [`LockService::query_table`]: the grantor's lock table, or `None` if no
+    /// grantor could answer (none serving, or the grantor changed before it answered).
+    Table {
+        /// The query.
+        query: u64,
+        /// The table.
+        table: Option<GrantorTable>,
+    },
     /// A held lock was lost without its owner releasing it.
     Lost {
         /// The request that had acquired it.
@@ -281,6 +289,9 @@ pub struct LockService {
     serving_grantor: Option<MemberId>,
     /// Client: the newest announcement heard (it may arrive before its view is installed).
     announcement: Option<(MemberId, u64)>,
+    /// Table queries waiting for their answer, and the grantor asked.
+    queries: BTreeMap<u64, MemberId>,
+    next_query: u64,
 }
 
 impl LockService {
@@ -307,6 +318,8 @@ impl LockService {
             announced: None,
             serving_grantor: None,
             announcement: None,
+            queries: BTreeMap::new(),
+            next_query: 1,
         }
     }
 
@@ -494,6 +507,7 @@ impl LockService {
             .as_ref()
             .is_some_and(|(by, epoch)| by == view.coordinator() && *epoch >= view.epoch());
         let still_serving = self.serving_grantor.as_ref() == Some(view.coordinator());
+        self.drop_stale_queries();
         if self.config.policy.allows(view.len()) && (announced || still_serving) {
             self.set_serving_grantor(Some(view.coordinator().clone()));
         } else {
@@ -974,6 +988,97 @@ impl LockService {
         self.support.take_unsaved()
     }
 
+    /// The number [`LockService::query_table`] will return next (so a caller can register
+    /// for the answer before it asks: the answer may come within the call).
+    pub fn next_query(&self) -> u64 {
+        self.next_query
+    }
+
+    /// Asks the grantor for its lock table; the answer comes as [`LockNotice::Table`] with
+    /// the returned query number (at once if this member is the grantor, or if there is none).
+    pub fn query_table(&mut self, now: Instant) -> u64 {
+        self.enter(now);
+        let query = self.next_query;
+        self.next_query += 1;
+        match self.view.as_ref().map(|v| v.coordinator().clone()) {
+            Some(grantor) if grantor == self.local => {
+                let table = self.table_answer(query);
+                self.on_table(&grantor, table);
+            }
+            Some(grantor) => {
+                self.queries.insert(query, grantor.clone());
+                self.outbox
+                    .push_back((grantor, LockMessage::TableRequest { query }));
+            }
+            None => self
+                .notices
+                .push_back(LockNotice::Table { query, table: None }),
+        }
+        self.pump(now);
+        query
+    }
+
+    /// This member's answer, as grantor, to table query `query`.
+    fn table_answer(&self, query: u64) -> LockMessage {
+        let epoch = self.view.as_ref().map_or(0, View::epoch);
+        if !self.grantor.is_serving() {
+            return LockMessage::Table {
+                query,
+                epoch,
+                unavailable: true,
+                truncated: false,
+                locks: Vec::new(),
+            };
+        }
+        let (locks, truncated) = self
+            .grantor
+            .table
+            .snapshot(conclave_lock_api::wire::TABLE_LOCKS_MAX);
+        LockMessage::Table {
+            query,
+            epoch,
+            unavailable: false,
+            truncated,
+            locks,
+        }
+    }
+
+    /// A table answer from `from` (or from this member itself).
+    fn on_table(&mut self, from: &MemberId, answer: LockMessage) {
+        let LockMessage::Table {
+            query,
+            epoch,
+            unavailable,
+            truncated,
+            locks,
+        } = answer
+        else {
+            return;
+        };
+        if from != &self.local && self.queries.remove(&query).is_none() {
+            return; // not ours, or answered already
+        }
+        let table =
+            (!unavailable).then(|| GrantorTable::new(from.clone(), epoch, locks, truncated));
+        self.notices.push_back(LockNotice::Table { query, table });
+    }
+
+    /// Answers, with `None`, every table query whose grantor is not the view's coordinator.
+    fn drop_stale_queries(&mut self) {
+        let coordinator = self.view.as_ref().map(|v| v.coordinator().clone());
+        let stale: Vec<u64> = self
+            .queries
+            .iter()
+            .filter(|(_, asked)| Some(*asked) != coordinator.as_ref())
+            .map(|(q, _)| *q)
+            .collect();
+        for query in stale {
+            self.queries.remove(&query);
+            self.notices
+                .push_back(LockNotice::Table { query, table: None });
+        }
+    }
+
     /// The grantor this member knows to be serving (see [`LockNotice::GrantorServing`]).
     pub fn serving_grantor(&self) -> Option<&MemberId> {
         self.serving_grantor.as_ref()
@@ -1009,6 +1114,11 @@ impl LockService {
 
     fn dispatch(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
         match message {
+            LockMessage::TableRequest { query } => {
+                let answer = self.table_answer(query);
+                self.outbox.push_back((from.clone(), answer));
+            }
+            answer @ LockMessage::Table { .. } => self.on_table(from, answer),
             LockMessage::Serving { epoch } => {
                 let newer = self.announcement.as_ref().is_none_or(|(_, e)| epoch >= *e);
                 if newer {

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter};
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId};
 
 use crate::time::Instant;
@@ -315,6 +316,40 @@ impl LockTable {
         self.locks
             .iter()
             .flat_map(|(name, e)| e.holders.iter().map(move |h| (name, h)))
+    }
+
+    /// The table for inspection: every lock with holders or waiters, by name, at most
+    /// `limit` of them; and whether more exist.
+    pub(crate) fn snapshot(&self, limit: usize) -> (Vec<TableLock>, bool) {
+        let mut used = self
+            .locks
+            .iter()
+            .filter(|(_, e)| !e.holders.is_empty() || !e.queue.is_empty());
+        let locks = used
+            .by_ref()
+            .take(limit)
+            .map(|(name, e)| TableLock {
+                name: name.clone(),
+                holders: e
+                    .holders
+                    .iter()
+                    .map(|h| TableHolder {
+                        owner: h.owner.clone(),
+                        mode: h.mode,
+                        token: h.token,
+                    })
+                    .collect(),
+                waiters: e
+                    .queue
+                    .iter()
+                    .map(|w| TableWaiter {
+                        owner: w.owner.clone(),
+                        mode: w.mode,
+                    })
+                    .collect(),
+            })
+            .collect();
+        (locks, used.next().is_some())
     }
 
     /// Number of queued requests.

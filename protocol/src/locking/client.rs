@@ -470,9 +470,14 @@ impl Client {
                     return;
                 }
                 if let Some(held) = self.held.get_mut(&request) {
-                    // A resend of a grant we have, or a new grant of the same request by a
-                    // grantor that rebuilt its table meanwhile: the table holds that one.
-                    held.table_token = held.table_token.max(token);
+                    // A resend of a grant we have, or a new grant of the same request by our
+                    // grantor (it rebuilt its table meanwhile, or a copy of the request that
+                    // predates a split reached it): its table holds the request under this
+                    // token, which the release must name. Not the higher of the two: after a
+                    // split the hold may come from another lineage with higher tokens, and a
+                    // release naming that token would leave this grant in the table for
+                    // ever (regression seed 42087, harsh, `Available`).
+                    held.table_token = token;
                     return;
                 }
                 if self.cancelled.contains_key(&request) {

@@ -397,6 +397,11 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
         arb_u64().prop_map(|epoch| LockMessage::Serving { epoch }),
         arb_u64().prop_map(|query| LockMessage::TableRequest { query }),
         (
+            prop::collection::vec(arb_request_id(), 0..4),
+            prop::collection::vec(arb_request_id(), 0..4)
+        )
+            .prop_map(|(held, pending)| LockMessage::Holding { held, pending }),
+        (
             arb_u64(),
             arb_u64(),
             any::<bool>(),
@@ -514,6 +519,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::DuplicateLock { .. }) => "DuplicateLock",
         Message::Lock(LockMessage::Serving { .. }) => "Serving",
         Message::Lock(LockMessage::TableRequest { .. }) => "TableRequest",
+        Message::Lock(LockMessage::Holding { .. }) => "Holding",
         Message::Lock(LockMessage::Table { .. }) => "Table",
     }
 }
@@ -538,7 +544,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 20, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 21, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

@@ -368,6 +368,15 @@ pub enum LockMessage {
         /// Epoch of the grantor's view.
         epoch: u64,
     },
+    /// Client → its new grantor, after its grantor changed: the requests it holds and waits
+    /// for; the grantor forgets any other hold or wait of this member in its table (left
+    /// over from before the member moved away and back).
+    Holding {
+        /// Requests this member holds.
+        held: Vec<RequestId>,
+        /// Requests this member waits for.
+        pending: Vec<RequestId>,
+    },
     /// Client → grantor: send me your lock table (inspection).
     TableRequest {
         /// The asker's number for the question, echoed in the answer.

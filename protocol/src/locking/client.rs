@@ -320,6 +320,7 @@ impl Client {
     pub(crate) fn on_view(&mut self, now: Instant, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
         let grantor = view.coordinator().clone();
+        let moved = self.grantor.as_ref() != Some(&grantor);
         self.grantor = Some(grantor.clone());
         let pending: Vec<(RequestId, Pending)> =
             self.pending.iter().map(|(r, p)| (*r, p.clone())).collect();
@@ -346,6 +347,17 @@ impl Client {
             for (request, release) in &self.releases {
                 out.push_back((grantor.clone(), self.unlock_message(*request, release)));
             }
+        }
+        if moved {
+            // A grantor we come (back) to may still hold what we released elsewhere meanwhile
+            // (regression seed 46160): tell it what we hold and wait for, after the resends.
+            out.push_back((
+                grantor,
+                LockMessage::Holding {
+                    held: self.held.keys().copied().collect(),
+                    pending: self.pending.keys().copied().collect(),
+                },
+            ));
         }
     }
 
@@ -651,7 +663,8 @@ impl Client {
             | LockMessage::LockInfoResponse { .. }
             | LockMessage::Serving { .. }
             | LockMessage::TableRequest { .. }
-            | LockMessage::Table { .. } => {}
+            | LockMessage::Table { .. }
+            | LockMessage::Holding { .. } => {}
         }
     }
 

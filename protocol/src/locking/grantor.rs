@@ -265,6 +265,10 @@ impl Grantor {
                     _ => {}
                 }
             }
+            // A member's statement of what it holds is true when it is sent: applied later
+            // (after the reports of a reconciliation that began meanwhile) it would drop what
+            // the member asked for since. A reconciling table is rebuilt from reports anyway.
+            LockMessage::Holding { .. } if !self.is_serving() => {}
             message => {
                 if let Phase::Reconciling(r) = &mut self.phase {
                     if !self.sabotage.grant_while_reconciling {
@@ -520,6 +524,18 @@ impl Grantor {
                     },
                 ));
             }
+            // Only a serving table can hold leftovers of this member; a reconciling one is
+            // rebuilt from the member's report anyway.
+            LockMessage::Holding { held, pending } if self.is_serving() => {
+                let keep: BTreeSet<RequestId> = held.into_iter().chain(pending).collect();
+                let touched = self.table.retain_member(from, |r| keep.contains(&r));
+                for name in touched {
+                    debug!(%from, lock = %name, "a hold or wait the member no longer has; dropped");
+                    self.promote(ctx, &name, out);
+                    self.table.forget_if_unused(&name, ctx.now);
+                }
+            }
+            LockMessage::Holding { .. } => {}
             LockMessage::Cancel { request, name } => {
                 let was_holder = self.table.withdraw(&name, from, request).is_none()
                     && self.table.release(&name, from, request).is_some();

@@ -1140,6 +1140,7 @@ impl LockService {
                     .handle(now, from, message, &mut self.outbox, &mut self.notices);
             }
             LockMessage::Lock { .. }
+            | LockMessage::Holding { .. }
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
             | LockMessage::Renew { .. }

@@ -235,6 +235,29 @@ impl LockTable {
         touched
     }
 
+    /// Removes every hold and wait of `member` whose request `keep` rejects. Returns the locks
+    /// that lost a holder or a waiter.
+    pub(crate) fn retain_member(
+        &mut self,
+        member: &MemberId,
+        mut keep: impl FnMut(RequestId) -> bool,
+    ) -> Vec<LockName> {
+        let mut touched = Vec::new();
+        for (name, entry) in &mut self.locks {
+            let before = (entry.holders.len(), entry.queue.len());
+            entry
+                .holders
+                .retain(|h| h.owner.member != *member || keep(h.request));
+            entry
+                .queue
+                .retain(|w| w.owner.member != *member || keep(w.request));
+            if (entry.holders.len(), entry.queue.len()) != before {
+                touched.push(name.clone());
+            }
+        }
+        touched
+    }
+
     /// Removes every waiter whose member `keep` rejects.
     pub(crate) fn remove_waiters(&mut self, mut keep: impl FnMut(&MemberId) -> bool) {
         for entry in self.locks.values_mut() {

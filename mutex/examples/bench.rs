@@ -372,6 +372,10 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         handoffs as f64 / elapsed
     );
     println!(
+        "| contended handoffs/s ÷ (1/RTT) | {:.2} (RTT: the floor p50) |",
+        handoffs as f64 / elapsed * floor.as_secs_f64()
+    );
+    println!(
         "| contended acquire latency here, p50 / p99 | {:.1} µs / {:.1} µs |",
         micros(percentile(&contended, 0.5)),
         micros(percentile(&contended, 0.99))

@@ -10,7 +10,8 @@
 //! - the [`Transport`] trait a membership backend implements and the [`LockBackend`] trait the
 //!   front end drives;
 //! - with the feature `wake` (Unix), [`wake::WakePipe`], the wake-up pipe of the backends'
-//!   blocking receives.
+//!   blocking receives;
+//! - with the feature `seal`, [`seal`]: datagrams sealed with the cluster key.
 //!
 //! ```
 //! use conclave_lock_api::{LockName, LockNameError};
@@ -26,6 +27,8 @@ mod error;
 mod event;
 mod ids;
 mod lock;
+#[cfg(feature = "seal")]
+pub mod seal;
 mod transport;
 mod view;
 #[cfg(all(unix, feature = "wake"))]

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use conclave_lock_api::seal::{KeyError, Rejection};
 use conclave_lock_api::MemberNameError;
 use conclave_protocol::gms::GmsConfigError;
 use conclave_protocol::locking::LockConfigError;
@@ -41,7 +42,28 @@ pub enum NodeError {
     /// The driver thread could not be started.
     #[error("could not start the driver thread: {0}")]
     Spawn(#[source] std::io::Error),
+    /// The cluster key could not be read (a key file, or the environment).
+    #[error("no usable cluster key: {0}")]
+    Key(#[from] KeyError),
+    /// The members this node found cannot open its packets, or it theirs: it holds another
+    /// cluster key than they do, or only one side has a key. The node is stopped again.
+    #[error("{}", authentication_message(.0))]
+    Authentication(Rejection),
     /// The node shut down while joining.
     #[error("the node shut down while joining")]
     Shutdown,
+}
+
+fn authentication_message(r: &Rejection) -> String {
+    let key = |k: Option<conclave_lock_api::seal::KeyId>| {
+        k.map_or_else(|| "no key".to_string(), |k| format!("key id {k}"))
+    };
+    format!(
+        "authentication failed: {} and this member cannot open each other's packets \
+         (this member uses {}, {} uses {}): check the cluster key",
+        r.peer,
+        key(r.ours),
+        r.peer,
+        key(r.theirs)
+    )
 }

@@ -118,6 +118,7 @@ pub mod docs {
 }
 
 pub use conclave_lock_api as api;
+pub use conclave_lock_api::seal;
 pub use conclave_lock_api::{
     FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
     LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId,

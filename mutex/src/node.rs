@@ -10,6 +10,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_io::Timer;
+use conclave_lock_api::seal::{ClusterKey, Keyring, SealStats, SealedTransport, Sealer};
+use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::{
     GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockName, LockNameError,
     MemberId, MemberNameError, Transport, UnexpectedLock, View,
@@ -47,6 +49,16 @@ pub struct NodeBuilder {
     join_timeout: Duration,
     spin_wait: Duration,
     data_dir: Option<std::path::PathBuf>,
+    key: KeySource,
+}
+
+/// Where a node's cluster key comes from (resolved when it joins).
+#[derive(Debug, Clone)]
+enum KeySource {
+    None,
+    Keyring(Keyring),
+    File(std::path::PathBuf),
+    Env,
 }
 
 impl fmt::Debug for NodeBuilder {
@@ -62,6 +74,7 @@ impl fmt::Debug for NodeBuilder {
             .field("join_timeout", &self.join_timeout)
             .field("spin_wait", &self.spin_wait)
             .field("data_dir", &self.data_dir)
+            .field("key", &self.key)
             .finish()
     }
 }
@@ -155,12 +168,68 @@ impl NodeBuilder {
         self
     }
 
+    /// Seals every datagram and TCP frame with this cluster key (see [`crate::seal`]): only
+    /// members holding the same key can join, be counted in a view or affect a lock. Every
+    /// member of the cluster must be given the key. Replaces an earlier key or keyring.
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::seal::ClusterKey;
+    /// use conclave::{EndpointConfig, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let key = ClusterKey::from_hex(&"5e".repeat(32))?; // in practice: from a key file
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let node = Node::builder("billing")
+    ///         .transport(network.transport())
+    ///         .config(EndpointConfig::local())
+    ///         .cluster_key(key.clone())
+    ///         .join()
+    ///         .await?;
+    ///     assert_eq!(node.keyring().map(|k| k.primary()), Some(key.id()));
+    ///     node.leave().await;
+    ///     Ok::<(), conclave::NodeError>(())
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_key(self, key: ClusterKey) -> Self {
+        self.keyring(Keyring::new(key))
+    }
+
+    /// Seals with the keys of `keyring`: its primary key seals, every installed key opens. Keep
+    /// a clone of the keyring to rotate the running node's keys ([`Keyring`] shows how).
+    pub fn keyring(mut self, keyring: Keyring) -> Self {
+        self.key = KeySource::Keyring(keyring);
+        self
+    }
+
+    /// Reads the cluster key from a file of 64 hex digits when the node joins (see
+    /// [`ClusterKey::from_file`]). Replaces an earlier key or keyring.
+    pub fn cluster_key_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.key = KeySource::File(path.into());
+        self
+    }
+
+    /// Reads the cluster key from the environment when the node joins: `CONCLAVE_CLUSTER_KEY`
+    /// (64 hex digits) or else `CONCLAVE_CLUSTER_KEY_FILE` (a key file's path); with neither
+    /// set, the node runs without a key. A variable that is set but holds no valid key fails
+    /// the join ([`NodeError::Key`]). Replaces an earlier key or keyring.
+    pub fn cluster_key_from_env(mut self) -> Self {
+        self.key = KeySource::Env;
+        self
+    }
+
     /// Starts the node's driver thread and waits until the node is in a view: it joined the
     /// cluster's coordinator, or, finding none, founded the cluster.
     ///
     /// # Errors
-    /// [`NodeError`]: an invalid name or setting, no transport, no view within the join
-    /// timeout (the node is stopped again), or a thread that could not be spawned.
+    /// [`NodeError`]: an invalid name or setting, no transport, a key that cannot be read, no
+    /// view within the join timeout (the node is stopped again), a thread that could not be
+    /// spawned, or [`NodeError::Authentication`]: the members found answered only that they
+    /// cannot open this member's packets (a wrong key, or a key on one side only). A member
+    /// that hears nobody at all founds a cluster of its own, as without a key.
     ///
     /// # Cancel safety
     /// Dropping the future before it completes stops the node again (leaving, joining its
@@ -170,6 +239,19 @@ impl NodeBuilder {
         self.config.locks.validate()?;
         self.config.reliable.validate()?;
         let transport = self.transport.ok_or(NodeError::NoTransport)?;
+        let keys = match self.key {
+            KeySource::None => None,
+            KeySource::Keyring(ring) => Some(ring),
+            KeySource::File(path) => Some(Keyring::new(ClusterKey::from_file(path)?)),
+            KeySource::Env => ClusterKey::from_env()?.map(Keyring::new),
+        };
+        let sealer = Arc::new(Sealer::new(
+            ClusterId::from_name(&self.cluster),
+            keys,
+            transport.local_addr(),
+        )?);
+        let transport: Arc<dyn Transport> =
+            Arc::new(SealedTransport::new(transport, sealer.clone()));
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;
         let leave_bound = self.config.gms.leave_timeout * 2 + Duration::from_millis(200);
         let durable = match &self.data_dir {
@@ -197,6 +279,7 @@ impl NodeBuilder {
         // Dropped on every early return below: the node shuts down again.
         let node = Node {
             backend: inner.clone(),
+            sealer: Some(sealer.clone()),
         };
         let mut timer = Timer::after(self.join_timeout);
         loop {
@@ -212,6 +295,10 @@ impl NodeBuilder {
                 }
             };
             let Some(listener) = listener else {
+                let alone = node.view().is_some_and(|v| v.len() == 1);
+                if let Some(rejection) = sealer.rejection().filter(|_| alone) {
+                    return Err(NodeError::Authentication(rejection));
+                }
                 debug!(member = %inner.member, "joined");
                 return Ok(node);
             };
@@ -258,6 +345,8 @@ impl NodeBuilder {
 /// ```
 pub struct Node {
     backend: Backend,
+    /// The sealing layer under the group backend's transport.
+    sealer: Option<Arc<Sealer>>,
 }
 
 impl fmt::Debug for Node {
@@ -281,6 +370,7 @@ impl Node {
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             spin_wait: DEFAULT_SPIN_WAIT,
             data_dir: None,
+            key: KeySource::None,
         }
     }
 
@@ -316,7 +406,22 @@ impl Node {
     /// A node on `backend`: any implementation of the backend seam (see [`LockBackend`] for
     /// its contract, and the conformance suite in the repository's `tests/` for its proof).
     pub fn with_backend(backend: Arc<dyn LockBackend>) -> Node {
-        Node { backend }
+        Node {
+            backend,
+            sealer: None,
+        }
+    }
+
+    /// The keyring sealing this member's datagrams, if it was given a key: install, switch
+    /// and remove keys on it to rotate them while the node runs ([`Keyring`] shows how).
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.sealer.as_ref().and_then(|s| s.keyring())
+    }
+
+    /// The sealing layer's counters (packets sealed, opened, and dropped by cause), for a
+    /// node of the group backend; `None` on other backends.
+    pub fn seal_stats(&self) -> Option<SealStats> {
+        self.sealer.as_ref().map(|s| s.stats())
     }
 
     /// The backend this node runs on.

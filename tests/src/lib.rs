@@ -13,11 +13,15 @@
 //! - the test binary `multiprocess` runs clusters of `conclave-node` processes (this crate's
 //!   binary) over UDP and TCP: `kill -9`, restarts, pauses, hostile datagrams.
 //!
+//! - the test binary `security` attacks keyed clusters over UDP and TCP ([`attacker`]): outsiders,
+//!   wrong keys, forged and replayed packets, key rotation, as `security::<transport>::<attack>`.
+//!
 //! Whoever writes a new backend adds a [`fixtures::Start`] for it and one line to the
 //! `conformance!` list in `tests/backends.rs`; the suite then tells them what the trait means.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod attacker;
 pub mod backend;
 pub mod fixtures;
 

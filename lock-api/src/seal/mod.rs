@@ -1,0 +1,62 @@
+//! Sealing: every datagram encrypted and authenticated with the cluster key (feature `seal`).
+//!
+//! A cluster that is given a key ([`ClusterKey`], in a [`Keyring`]) seals every datagram and
+//! every TCP frame its members exchange with XChaCha20-Poly1305 (RustCrypto's
+//! `chacha20poly1305`), and drops, counts and logs everything that does not open. The layer
+//! sits between the protocol and any [`crate::Transport`] ([`SealedTransport`]); the protocol
+//! above never sees an unauthenticated byte.
+//!
+//! # What a sealed packet is
+//! A 64-byte header — magic, seal version, cluster id, the id of the key used, the nonce,
+//! the sender's address — then the encrypted datagram and a 16-byte tag; the whole header is
+//! authenticated as associated data (the byte layout is in the `format` section of
+//! `docs/protocol.md`). A receiver picks the key by its id ([`KeyId`], a public fingerprint),
+//! so a keyring of several keys costs no trial decryptions.
+//!
+//! # Nonces
+//! A nonce is 24 bytes: the sender's **session id** (16 bytes: the wall-clock time at which
+//! its sealer was made, in nanoseconds since the Unix epoch, then 8 bytes from the operating
+//! system's random source), then a **counter** (8 bytes) that the sender increments for every
+//! packet, to anyone. Within one process the counter never repeats (a 64-bit atomic counter
+//! does not wrap in practice). Across processes and restarts the session id differs: two
+//! sessions share an id only if they start in the same nanosecond **and** draw the same 64
+//! random bits, and a clock set back does not make a collision likelier than that, because
+//! the random half is drawn anew. So no nonce repeats under one key, which is what the
+//! cipher's security needs; the 192-bit nonce of XChaCha20 leaves room for the random half.
+//!
+//! # Replays
+//! A receiver keeps, per sender address (the authenticated one in the header), the sender's
+//! current session and a window of the last [`WINDOW`] counters it accepted: a packet seen
+//! before or below the window is dropped ([`SealStats::replayed`]). A newer session (the
+//! sender restarted: a later start time) replaces the window; a packet of an older session is
+//! dropped ([`SealStats::stale_session`]). Windows of senders silent for [`FORGET_AFTER`] are
+//! forgotten (and at most [`MAX_SENDERS`] are kept), so two residual cases remain, both
+//! documented in the guide: a member that never heard a sender's newer session, or forgot it,
+//! accepts replays of the older one once; and a member whose clock went back across a
+//! restart is refused by those who remember its previous run, until they forget it.
+//!
+//! # Wrong keys
+//! A packet of this cluster that does not open (an unknown key id, a wrong key, a changed
+//! byte) is counted ([`SealStats::failed_authentication`]), logged at most every few seconds
+//! as `packet from X failed authentication (key id N)`, and answered (at most once a second
+//! per address) with a small unsealed **rejection notice**. A member that receives notices
+//! and no answer knows it holds the wrong key: the node's join then fails with an
+//! authentication error instead of founding a cluster of its own. A notice is not
+//! authenticated and changes nothing but that error.
+
+mod format;
+mod key;
+mod keyring;
+mod sealer;
+mod transport;
+mod window;
+
+pub use format::{
+    Notice, NOTICE_LEN, NOTICE_MAGIC, SEALED_HEADER_LEN, SEALED_MAGIC, SEAL_OVERHEAD, SEAL_VERSION,
+    TAG_LEN,
+};
+pub use key::{ClusterKey, KeyError, KeyId, KEY_ENV, KEY_FILE_ENV};
+pub use keyring::{Keyring, KeyringError, MAX_KEYS};
+pub use sealer::{Opened, Rejection, SealStats, Sealer};
+pub use transport::SealedTransport;
+pub use window::{FORGET_AFTER, MAX_SENDERS, WINDOW};

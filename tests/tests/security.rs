@@ -1,0 +1,456 @@
+//! The security suite: keyed clusters attacked over UDP and over TCP, as
+//! `security::<transport>::<attack>`. Every attacker here is an outsider on loopback without
+//! the cluster key, except where it replays what it recorded off the wire.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use conclave::seal::{ClusterKey, Keyring, SealStats};
+use conclave::tcp::TcpMesh;
+use conclave::udp::UdpMulticast;
+use conclave::{EndpointConfig, LockError, LockStatus, Node, NodeError};
+use conclave_tests::attacker::{Direction, Outsider, Tap};
+use conclave_tests::fixtures::{agree, udp_config};
+use conclave_tests::{within, WAIT};
+
+/// Which transport a scenario runs over.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Udp,
+    Tcp,
+}
+
+/// Starts members of one cluster over one transport, every one tapped.
+struct Cluster {
+    kind: Kind,
+    name: String,
+    seed: Option<SocketAddr>,
+}
+
+fn key(byte: u8) -> ClusterKey {
+    ClusterKey::from_bytes([byte; 32])
+}
+
+impl Cluster {
+    fn new(kind: Kind, test: &str) -> Self {
+        Self {
+            kind,
+            name: format!("security-{test}-{kind:?}-{}", std::process::id()),
+            seed: None,
+        }
+    }
+
+    fn outsider(&self) -> Outsider {
+        match self.kind {
+            Kind::Udp => Outsider::udp().unwrap(),
+            Kind::Tcp => Outsider::tcp(),
+        }
+    }
+
+    /// A member with `keys` (none: no key), joined or refused.
+    async fn try_join(
+        &mut self,
+        name: &str,
+        keys: Option<Keyring>,
+    ) -> (Result<Node, NodeError>, Tap) {
+        let tap = match self.kind {
+            Kind::Udp => Tap::new(UdpMulticast::bind(&udp_config()).unwrap()),
+            Kind::Tcp => {
+                let mesh = TcpMesh::loopback(self.seed).unwrap();
+                self.seed
+                    .get_or_insert(conclave::api::Transport::local_addr(&mesh));
+                Tap::new(mesh)
+            }
+        };
+        let mut builder = Node::builder(&self.name)
+            .name(name)
+            .transport(tap.clone())
+            .config(EndpointConfig::local())
+            .join_timeout(WAIT);
+        if let Some(keys) = keys {
+            builder = builder.keyring(keys);
+        }
+        (within(WAIT, "join", builder.join()).await, tap)
+    }
+
+    async fn join(&mut self, name: &str, keys: Option<Keyring>) -> (Node, Tap) {
+        let (node, tap) = self.try_join(name, keys).await;
+        (node.unwrap(), tap)
+    }
+
+    /// `n` members sharing `keys`, in one view.
+    async fn start(&mut self, n: usize, keys: &Keyring) -> Vec<(Node, Tap)> {
+        let mut members = Vec::new();
+        for i in 0..n {
+            members.push(self.join(&format!("m{i}"), Some(keys.clone())).await);
+        }
+        let nodes: Vec<&Node> = members.iter().map(|(n, _)| n).collect();
+        agree_refs(&nodes).await;
+        members
+    }
+}
+
+async fn agree_refs(nodes: &[&Node]) {
+    // `agree` takes owned nodes' slice; the views of references are the same streams.
+    let wanted: BTreeSet<_> = nodes.iter().map(|n| n.member_id().clone()).collect();
+    within(WAIT, "view agreement", async {
+        loop {
+            let views: Vec<_> = nodes.iter().map(|n| n.view()).collect();
+            let same = views.iter().all(|v| v == &views[0]);
+            let members: Option<BTreeSet<_>> = views[0]
+                .as_ref()
+                .map(|v| v.members().iter().cloned().collect());
+            if same && members.as_ref() == Some(&wanted) {
+                return;
+            }
+            async_io::Timer::after(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+fn stats(node: &Node) -> SealStats {
+    node.seal_stats().unwrap()
+}
+
+/// Waits until `check` holds for `node`'s counters.
+async fn counted(node: &Node, what: &str, check: impl Fn(&SealStats) -> bool) -> SealStats {
+    within(WAIT, what, async {
+        loop {
+            let s = stats(node);
+            if check(&s) {
+                return s;
+            }
+            async_io::Timer::after(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// Asserts that `node` cannot join: its join fails with an authentication error naming the
+/// key ids of both sides.
+fn assert_refused(
+    result: Result<Node, NodeError>,
+    ours: Option<conclave::seal::KeyId>,
+    theirs: Option<conclave::seal::KeyId>,
+) {
+    match result {
+        Err(NodeError::Authentication(rejection)) => {
+            assert_eq!(rejection.ours, ours, "{rejection:?}");
+            assert_eq!(rejection.theirs, theirs, "{rejection:?}");
+            let text = NodeError::Authentication(rejection).to_string();
+            assert!(text.contains("authentication failed"), "{text}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(node) => panic!("joined a keyed cluster it should not: {:?}", node.view()),
+    }
+}
+
+/// A member without the key cannot join: its join fails with a clear error, the cluster's
+/// view never counts it, and the members count its packets as mismatched.
+async fn outsider_without_key_cannot_join(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "outsider");
+    let ring = Keyring::new(key(1));
+    let members = cluster.start(2, &ring).await;
+    let (result, _) = cluster.try_join("outsider", None).await;
+    assert_refused(result, None, Some(key(1).id()));
+    let view = members[0].0.view().unwrap();
+    assert_eq!(view.len(), 2, "{view:?}");
+    assert!(members.iter().any(|(n, _)| stats(n).key_mismatch > 0));
+    for (node, _) in members {
+        assert_eq!(stats(&node).failed_authentication, 0);
+        node.leave().await;
+    }
+}
+
+/// A member with another key cannot join, and the error names both keys' ids; the members log
+/// and count its packets as failing authentication.
+async fn wrong_key_cannot_join(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "wrong-key");
+    let ring = Keyring::new(key(1));
+    let members = cluster.start(2, &ring).await;
+    let (result, _) = cluster
+        .try_join("intruder", Some(Keyring::new(key(2))))
+        .await;
+    assert_refused(result, Some(key(2).id()), Some(key(1).id()));
+    assert_eq!(members[0].0.view().unwrap().len(), 2);
+    assert!(members
+        .iter()
+        .any(|(n, _)| stats(n).failed_authentication > 0));
+    // The members still lock among themselves.
+    let guard = members[1].0.mutex("after").unwrap().lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    for (node, _) in members {
+        node.leave().await;
+    }
+}
+
+/// A member with a key cannot join a cluster without one (the key is not silently ignored).
+async fn keyed_member_cannot_join_an_open_cluster(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "open");
+    let (open, _) = cluster.join("open", None).await;
+    let (result, _) = cluster.try_join("keyed", Some(Keyring::new(key(3)))).await;
+    assert_refused(result, Some(key(3).id()), None);
+    assert_eq!(open.view().unwrap().len(), 1);
+    open.leave().await;
+}
+
+/// Forged packets — a holder's captured packets with a byte changed (an outsider's attempt at
+/// an unlock in its name), cut short, or made up — are dropped before the protocol sees them:
+/// the lock stays held by its holder, and the grantor counts every one.
+async fn forged_unlocks_are_dropped(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "forged");
+    let ring = Keyring::new(key(4));
+    let members = cluster.start(3, &ring).await;
+    let (grantor, _) = &members[0];
+    let (holder, holder_tap) = &members[1];
+    let (other, _) = &members[2];
+    let mutex = holder.mutex("forged").unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let token = guard.fencing_token();
+    // Unlock and lock again so the tap holds real unlocks of this lock.
+    guard.unlock().await.unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let to_grantor: Vec<Vec<u8>> = holder_tap
+        .seen()
+        .into_iter()
+        .filter(|t| t.direction == Direction::Sent && t.peer == Some(grantor.member_id().addr()))
+        .map(|t| t.bytes)
+        .collect();
+    assert!(!to_grantor.is_empty());
+    let mut forged = Vec::new();
+    for (i, packet) in to_grantor.iter().enumerate().take(150) {
+        // A byte of the ciphertext or tag changed (the header is kept so the packet is judged
+        // by the key, not dismissed as foreign).
+        let mut bent = packet.clone();
+        let at = conclave::seal::SEALED_HEADER_LEN
+            + (i * 7) % (packet.len() - conclave::seal::SEALED_HEADER_LEN);
+        bent[at] ^= 0x20;
+        forged.push(bent);
+    }
+    let before = stats(grantor);
+    let sent = cluster
+        .outsider()
+        .send_all(grantor.member_id().addr(), forged.iter().map(Vec::as_slice))
+        .unwrap();
+    counted(grantor, "forged packets counted", |s| {
+        s.failed_authentication >= before.failed_authentication + sent as u64
+    })
+    .await;
+    // Made-up and cut-short packets too.
+    let junk: Vec<Vec<u8>> = vec![
+        vec![0; 200],
+        b"CNCS".to_vec(),
+        to_grantor[0][..40].to_vec(),
+        b"CNCL\x03garbage-garbage".to_vec(),
+    ];
+    cluster
+        .outsider()
+        .send_all(grantor.member_id().addr(), junk.iter().map(Vec::as_slice))
+        .unwrap();
+    // The lock is still the holder's.
+    assert_eq!(guard.status(), LockStatus::Held);
+    assert!(matches!(
+        other.mutex("forged").unwrap().try_lock().await,
+        Err(LockError::WouldBlock)
+    ));
+    let table = holder.lock_table().await.unwrap();
+    let held = table
+        .locks
+        .iter()
+        .find(|l| l.name.as_str() == "forged")
+        .unwrap();
+    assert_eq!(held.holders.len(), 1);
+    assert_eq!(held.holders[0].owner, guard.owner());
+    assert!(guard.fencing_token() > token);
+    guard.unlock().await.unwrap();
+    let g = other.mutex("forged").unwrap().lock().await.unwrap();
+    g.unlock().await.unwrap();
+    for (node, _) in members {
+        node.leave().await;
+    }
+}
+
+/// Replayed packets — every grant, unlock and heartbeat a member sent and received, recorded
+/// off the wire and sent again by an outsider — are dropped as replays: the lock's new holder
+/// keeps it, the old one cannot take it, and nothing fails authentication.
+async fn replayed_grants_and_unlocks_are_dropped(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "replay");
+    let ring = Keyring::new(key(5));
+    let members = cluster.start(3, &ring).await;
+    let (grantor, _) = &members[0];
+    let (old, old_tap) = &members[1];
+    let (new, _) = &members[2];
+    for _ in 0..2 {
+        let g = old.mutex("replayed").unwrap().lock().await.unwrap();
+        g.unlock().await.unwrap();
+    }
+    let guard = new.mutex("replayed").unwrap().lock().await.unwrap();
+    let recorded = old_tap.seen();
+    let sent: Vec<&[u8]> = recorded
+        .iter()
+        .filter(|t| t.direction == Direction::Sent && t.peer == Some(grantor.member_id().addr()))
+        .map(|t| t.bytes.as_slice())
+        .collect();
+    let received: Vec<&[u8]> = recorded
+        .iter()
+        .filter(|t| t.direction == Direction::Received)
+        .map(|t| t.bytes.as_slice())
+        .collect();
+    assert!(!sent.is_empty() && !received.is_empty());
+    let (grantor_before, old_before) = (stats(grantor), stats(old));
+    let outsider = cluster.outsider();
+    let to_grantor = outsider.send_all(grantor.member_id().addr(), sent).unwrap() as u64;
+    let to_old = outsider.send_all(old.member_id().addr(), received).unwrap() as u64;
+    let replays = |s: &SealStats| s.replayed + s.stale_session;
+    counted(grantor, "replays at the grantor", |s| {
+        replays(s) >= replays(&grantor_before) + to_grantor
+    })
+    .await;
+    counted(old, "replays at the old holder", |s| {
+        replays(s) >= replays(&old_before) + to_old
+    })
+    .await;
+    for (node, _) in &members {
+        assert_eq!(stats(node).failed_authentication, 0);
+    }
+    assert_eq!(guard.status(), LockStatus::Held);
+    assert!(matches!(
+        old.mutex("replayed").unwrap().try_lock().await,
+        Err(LockError::WouldBlock)
+    ));
+    guard.unlock().await.unwrap();
+    for (node, _) in members {
+        node.leave().await;
+    }
+}
+
+/// Keys rotate while every member keeps taking one lock: install the new key everywhere, make
+/// it primary everywhere, remove the old one everywhere. No lock request fails, no hold is
+/// lost, exclusion holds throughout, nothing fails authentication; afterwards the old key
+/// alone no longer joins and the new one does.
+async fn keys_rotate_while_locks_are_taken(kind: Kind) {
+    let mut cluster = Cluster::new(kind, "rotation");
+    let (old_key, new_key) = (key(6), key(7));
+    let rings: Vec<Keyring> = (0..3).map(|_| Keyring::new(old_key.clone())).collect();
+    let mut members = Vec::new();
+    for (i, ring) in rings.iter().enumerate() {
+        members.push(cluster.join(&format!("r{i}"), Some(ring.clone())).await.0);
+    }
+    agree(&members).await;
+    let lost = Arc::new(AtomicU64::new(0));
+    for node in &members {
+        let lost = lost.clone();
+        node.on_lock_lost(move |_| {
+            lost.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    let inside = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = members
+        .iter()
+        .map(|node| {
+            let mutex = node.mutex("rotating").unwrap();
+            let (inside, cycles, stop) = (inside.clone(), cycles.clone(), stop.clone());
+            smol::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = mutex.lock().await.expect("lock during rotation");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    async_io::Timer::after(Duration::from_micros(200)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().await.expect("unlock during rotation");
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let progress = |n: u64| {
+        let cycles = cycles.clone();
+        async move {
+            let start = cycles.load(Ordering::Relaxed);
+            within(WAIT, "lock cycles during rotation", async {
+                while cycles.load(Ordering::Relaxed) < start + n {
+                    async_io::Timer::after(Duration::from_millis(2)).await;
+                }
+            })
+            .await;
+        }
+    };
+    progress(20).await;
+    for ring in &rings {
+        ring.install(new_key.clone()).unwrap();
+        progress(3).await;
+    }
+    progress(20).await;
+    for ring in &rings {
+        ring.use_key(new_key.id()).unwrap();
+        progress(3).await;
+    }
+    progress(20).await;
+    for ring in &rings {
+        ring.remove(old_key.id()).unwrap();
+        progress(3).await;
+    }
+    progress(20).await;
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        within(WAIT, "workers stop", worker).await;
+    }
+    assert_eq!(
+        lost.load(Ordering::Relaxed),
+        0,
+        "holds lost during rotation"
+    );
+    for node in &members {
+        let s = stats(node);
+        assert_eq!(s.failed_authentication, 0, "{s:?}");
+        assert_eq!(node.keyring().unwrap().ids(), vec![new_key.id()]);
+    }
+    let (result, _) = cluster
+        .try_join("stale", Some(Keyring::new(old_key.clone())))
+        .await;
+    assert_refused(result, Some(old_key.id()), Some(new_key.id()));
+    let (late, _) = cluster
+        .join("late", Some(Keyring::new(new_key.clone())))
+        .await;
+    members.push(late);
+    agree(&members).await;
+    for node in members {
+        node.leave().await;
+    }
+}
+
+fn run<F: std::future::Future<Output = ()>>(test: &str, scenario: F) {
+    smol::block_on(within(Duration::from_secs(120), test, scenario));
+}
+
+macro_rules! security {
+    ($($kind:ident => $variant:ident),*) => {
+        mod security {
+            $(
+                mod $kind {
+                    security!(@attacks $variant: outsider_without_key_cannot_join,
+                        wrong_key_cannot_join, keyed_member_cannot_join_an_open_cluster,
+                        forged_unlocks_are_dropped, replayed_grants_and_unlocks_are_dropped,
+                        keys_rotate_while_locks_are_taken);
+                }
+            )*
+        }
+    };
+    (@attacks $variant:ident: $($attack:ident),*) => {
+        $(
+            #[test]
+            fn $attack() {
+                super::super::run(stringify!($attack), super::super::$attack(super::super::Kind::$variant));
+            }
+        )*
+    };
+}
+
+security!(udp => Udp, tcp => Tcp);

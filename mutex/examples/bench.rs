@@ -3,7 +3,8 @@
 //! run (a raw ping-pong between two processes over the same kind of socket). This machine is
 //! shared and noisy: compare ratios within one run only.
 //!
-//! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`)
+//! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`,
+//! or `seal`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -18,6 +19,10 @@
 //!   this process's acquire latency;
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
 //!   coordinator until this process is granted the lock.
+//!
+//! The `seal` mode measures what the cluster key costs over UDP: lock+unlock (both awaited)
+//! from this process, whose grantor is another process, in a cluster without a key and in one
+//! with a key, in alternating rounds beside the floor; it prints both and their ratio.
 //!
 //! Every child process is killed by its PID when the benchmark ends, also on error. Nothing
 //! leaves the host: sockets on 127.0.0.1, multicast with TTL 0.
@@ -45,7 +50,8 @@ fn main() -> Result<(), Error> {
         Some("child") => child(&args[1..]),
         None | Some("udp") => smol::block_on(parent(Mode::Udp)),
         Some("tcp") => smol::block_on(parent(Mode::Tcp)),
-        Some(other) => Err(format!("unknown mode {other:?}; use `udp` or `tcp`").into()),
+        Some("seal") => smol::block_on(seal()),
+        Some(other) => Err(format!("unknown mode {other:?}; use `udp`, `tcp` or `seal`").into()),
     }
 }
 
@@ -159,7 +165,109 @@ async fn join(name: &str, net: &Net) -> Result<Node, Error> {
         Ok(us) => builder.spin_wait(Duration::from_micros(us.parse()?)),
         Err(_) => builder,
     };
-    Ok(builder.config(EndpointConfig::local()).join().await?)
+    // The `seal` mode gives its keyed members the key in the environment.
+    Ok(builder
+        .config(EndpointConfig::local())
+        .cluster_key_from_env()
+        .join()
+        .await?)
+}
+
+/// The key of the `seal` mode's keyed cluster, as hex (a benchmark's key: never use a fixed
+/// key in a deployment).
+fn bench_key() -> String {
+    "be".repeat(32)
+}
+
+/// The `seal` mode: lock+unlock without and with a cluster key, alternating rounds.
+async fn seal() -> Result<(), Error> {
+    println!("conclave bench, seal mode (UDP, loopback)");
+    let mut pong = Proc::spawn(&["pong", "UDP"])?;
+    let mut floor = Floor::connect(Mode::Udp, &mut pong)?;
+    let plain_net = Net::Udp(port());
+    let keyed_net = Net::Udp(port() + 1);
+    let mut plain_coordinator = Proc::spawn(&["member", "coordinator", &plain_net.word()])?;
+    expect(&mut plain_coordinator, "READY")?;
+    std::env::set_var(conclave::seal::KEY_ENV, bench_key());
+    let mut keyed_coordinator = Proc::spawn(&["member", "coordinator", &keyed_net.word()])?;
+    expect(&mut keyed_coordinator, "READY")?;
+    let keyed = join("bench", &keyed_net).await?;
+    std::env::remove_var(conclave::seal::KEY_ENV);
+    let plain = join("bench", &plain_net).await?;
+    assert!(plain.keyring().is_none() && keyed.keyring().is_some());
+    let plain_mutex = plain.mutex("pair")?;
+    let keyed_mutex = keyed.mutex("pair")?;
+    for _ in 0..100 {
+        plain_mutex.lock().await?.unlock().await?;
+        keyed_mutex.lock().await?.unlock().await?;
+    }
+    let (mut rtts, mut plain_pairs, mut keyed_pairs, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for _ in 0..PINGS / ROUNDS {
+            rtts.push(floor.round_trip()?);
+        }
+        let mut round = [Vec::new(), Vec::new()];
+        for _ in 0..LOCKS / ROUNDS {
+            for (i, mutex) in [&plain_mutex, &keyed_mutex].into_iter().enumerate() {
+                let t = Instant::now();
+                mutex.lock().await?.unlock().await?;
+                round[i].push(t.elapsed());
+            }
+        }
+        for r in &mut round {
+            r.sort();
+        }
+        ratios.push(
+            percentile(&round[1], 0.5).as_secs_f64() / percentile(&round[0], 0.5).as_secs_f64(),
+        );
+        let [p, k] = round;
+        plain_pairs.extend(p);
+        keyed_pairs.extend(k);
+    }
+    let stats = keyed.seal_stats().unwrap_or_default();
+    plain.leave().await;
+    keyed.leave().await;
+    for v in [&mut rtts, &mut plain_pairs, &mut keyed_pairs] {
+        v.sort();
+    }
+    ratios.sort_by(f64::total_cmp);
+    let floor = percentile(&rtts, 0.5);
+    println!();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| floor: raw UDP ping-pong between two processes, p50 / p99 | {:.1} µs / {:.1} µs |",
+        micros(floor),
+        micros(percentile(&rtts, 0.99))
+    );
+    for (label, pairs) in [
+        ("without a key", &plain_pairs),
+        ("with a key", &keyed_pairs),
+    ] {
+        println!(
+            "| lock+unlock {label} (grantor in another process), p50 / p99 | {:.1} µs / {:.1} µs ({:.2}x the floor) |",
+            micros(percentile(pairs, 0.5)),
+            micros(percentile(pairs, 0.99)),
+            percentile(pairs, 0.5).as_secs_f64() / floor.as_secs_f64()
+        );
+    }
+    println!(
+        "| lock+unlock with a key / without, p50 | {:.3}x (median of {ROUNDS} alternating rounds: {:.3}x) |",
+        percentile(&keyed_pairs, 0.5).as_secs_f64() / percentile(&plain_pairs, 0.5).as_secs_f64(),
+        ratios[ratios.len() / 2]
+    );
+    println!(
+        "| keyed member's seal counters | sealed {}, opened {}, dropped {} |",
+        stats.sealed,
+        stats.opened,
+        stats.failed_authentication
+            + stats.key_mismatch
+            + stats.replayed
+            + stats.stale_session
+            + stats.foreign
+    );
+    Ok(())
 }
 
 /// The floor: a raw ping-pong between this process and a child, over the mode's socket kind.

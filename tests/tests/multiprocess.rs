@@ -21,14 +21,20 @@ use std::time::{Duration, Instant};
 
 use conclave::api::wire::{self, ClusterId, Discovery, Frame, Packet};
 use conclave::api::Transport;
+use conclave::seal::ClusterKey;
 use conclave::tcp::TcpMesh;
-use conclave::{MemberId, View};
+use conclave::udp::{UdpConfig, UdpMulticast};
+use conclave::{EndpointConfig, MemberId, Node, View};
+use conclave_tests::attacker::{Direction, Tap};
 
 /// The bound on any single wait for a child's answer.
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The node binary under test.
 const NODE: &str = env!("CARGO_BIN_EXE_conclave-node");
+
+/// The flooding binary of the flood test.
+const FLOOD: &str = env!("CARGO_BIN_EXE_conclave-flood");
 
 /// Which transport the members use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +66,25 @@ over_both_backends!(
     garbage_and_foreign_traffic_is_ignored,
     tokens_never_go_back_after_the_whole_cluster_restarts,
 );
+
+/// The tests of the security suite that need processes: `security::udp::<test>` and
+/// `security::tcp::<test>`.
+mod security {
+    over_both_backends!(
+        keys_rotate_while_processes_count,
+        a_flood_of_bogus_and_replayed_datagrams,
+    );
+
+    use super::{Backend, Cluster};
+
+    fn keys_rotate_while_processes_count(backend: Backend) {
+        super::keys_rotate_while_processes_count(Cluster::new("rotate", 9, backend));
+    }
+
+    fn a_flood_of_bogus_and_replayed_datagrams(backend: Backend) {
+        super::a_flood_of_bogus_and_replayed_datagrams(Cluster::new("flood", 10, backend));
+    }
+}
 
 fn three_processes_form_one_view(backend: Backend) {
     let mut cluster = Cluster::new("view3", 0, backend);
@@ -584,6 +609,8 @@ struct Cluster {
     majority: Option<usize>,
     /// Whether members get `--data-dir <dir>/<name>` (their data survives a restart).
     data_dirs: bool,
+    /// `--key-file <file>` for the members started from now on.
+    key_file: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -607,6 +634,7 @@ impl Cluster {
             members: Vec::new(),
             majority: None,
             data_dirs: false,
+            key_file: None,
         }
     }
 
@@ -630,6 +658,9 @@ impl Cluster {
         if self.data_dirs {
             let dir = self.dir.join("data").join(name);
             args.extend(["--data-dir".to_owned(), dir.display().to_string()]);
+        }
+        if let Some(file) = &self.key_file {
+            args.extend(["--key-file".to_owned(), file.display().to_string()]);
         }
         Member::spawn(name, &args)
     }
@@ -919,4 +950,274 @@ fn forward(from: impl Read + Send + 'static, prefix: &'static str, to: Sender<St
             }
         }
     });
+}
+
+/// Writes a key file (64 hex digits, private) for `byte`.
+fn key_file(dir: &Path, name: &str, byte: u8) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, ClusterKey::from_bytes([byte; 32]).to_hex()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path
+}
+
+/// A member's `STATS` line as numbers: the seal counters, then resident KiB.
+fn stats(member: &mut Member) -> Vec<u64> {
+    member.send("stats");
+    let line = member.expect("stats", |l| l.starts_with("STATS "));
+    line.split(' ')
+        .skip(1)
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
+
+/// Three processes count under one lock while their keys rotate (install the new key on all,
+/// make it primary on all, remove the old one on all): the counter ends exact, no hold is lost,
+/// nothing fails authentication, and a member with the old key is then refused.
+fn keys_rotate_while_processes_count(mut cluster: Cluster) {
+    const ROUNDS: u64 = 400;
+    let old = key_file(&cluster.dir, "old.key", 11);
+    let new = key_file(&cluster.dir, "new.key", 12);
+    cluster.key_file = Some(old.clone());
+    cluster.start_all(&["a", "b", "c"]);
+    let counter = cluster.dir.join("counter");
+    for member in &mut cluster.members {
+        member.send(&format!("incr {} counter {ROUNDS}", counter.display()));
+    }
+    for (action, file) in [("install", &new), ("use", &new), ("remove", &old)] {
+        // Between steps the members take the lock a few dozen times more: packets sealed
+        // before a step (queued, in flight) arrive before the next step removes their key.
+        let progress = || {
+            // The counter file is rewritten in place: a read may catch it empty.
+            std::fs::read_to_string(&counter)
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        let start = (0..1000).find_map(|_| progress()).unwrap_or(0);
+        let deadline = Instant::now() + WAIT;
+        while progress().is_none_or(|n| n < start + 30) {
+            assert!(
+                Instant::now() < deadline,
+                "no progress before `key {action}`"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for member in &mut cluster.members {
+            member.send(&format!("key {action} {}", file.display()));
+            member.expect("keys", |l| l.starts_with("KEYS "));
+        }
+    }
+    let new_id = ClusterKey::from_bytes([12; 32]).id().to_string();
+    for member in &mut cluster.members {
+        let keys = member
+            .transcript
+            .iter()
+            .rev()
+            .find(|l| l.starts_with("KEYS "))
+            .unwrap()
+            .clone();
+        assert_eq!(keys, format!("KEYS {new_id} {new_id}"));
+        // The rotation ended while this member was still counting.
+        assert!(
+            !member.saw_prefix("DONE incr"),
+            "{} finished before the rotation did: raise ROUNDS",
+            member.name
+        );
+    }
+    for member in &mut cluster.members {
+        member.expect("the increments end", |l| {
+            l == format!("DONE incr counter {ROUNDS}")
+        });
+    }
+    let expected = ROUNDS * 3;
+    assert_eq!(read_counter(&counter), expected);
+    check_log(&counter, expected, &["a", "b", "c"]);
+    for member in &mut cluster.members {
+        assert!(!member.saw_prefix("LOST "), "{}", member.report());
+        assert!(!member.saw_prefix("ERROR "), "{}", member.report());
+        let s = stats(member);
+        assert_eq!(
+            s[2], 0,
+            "{} counted failed authentication: {s:?}",
+            member.name
+        );
+    }
+    // The old key alone is refused now; the new one joins.
+    cluster.key_file = Some(old);
+    let mut stale = cluster.spawn("stale");
+    let line = stale.expect("refusal", |l| {
+        l.starts_with("FATAL ") || l.starts_with("READY ")
+    });
+    assert!(line.contains("authentication failed"), "{line}");
+    cluster.key_file = Some(new);
+    cluster.start_all(&["late"]);
+}
+
+/// A hostile process floods the grantor with bogus and replayed datagrams (at least 100,000 a
+/// second) while two members keep taking a lock: locks keep being granted, the grantor's
+/// memory stays bounded, and its counters show the drops.
+fn a_flood_of_bogus_and_replayed_datagrams(mut cluster: Cluster) {
+    const SECONDS: u64 = 4;
+    let key = key_file(&cluster.dir, "cluster.key", 21);
+    cluster.key_file = Some(key);
+    let view = cluster.start_all(&["a", "b", "c"]);
+    let grantor = cluster.index_of(&view[0]);
+    let target = cluster.members[grantor].addr;
+
+    // Replay material: a keyed member of this process, tapped, takes a lock a few times; what it
+    // sent to the grantor, as it crossed the network, is what the flood replays.
+    let replays = record_traffic_to(&cluster, target);
+    assert!(!replays.is_empty());
+    let replay_file = cluster.dir.join("replays");
+    let mut bytes = Vec::new();
+    for r in &replays {
+        bytes.extend_from_slice(&u32::try_from(r.len()).unwrap().to_be_bytes());
+        bytes.extend_from_slice(r);
+    }
+    std::fs::write(&replay_file, bytes).unwrap();
+
+    let before = stats(&mut cluster.members[grantor]);
+    let kind = match cluster.backend {
+        Backend::Udp => "udp",
+        Backend::Tcp => "tcp",
+    };
+    let mut flood = Flooder::spawn(&[
+        kind.to_owned(),
+        target.to_string(),
+        SECONDS.to_string(),
+        cluster.name.clone(),
+        replay_file.display().to_string(),
+    ]);
+    // Locks keep being granted while the flood lasts: rounds of increments by two members,
+    // each round bounded by the suite's wait.
+    let counter = cluster.dir.join("counter");
+    let workers: Vec<usize> = (0..3).filter(|&i| i != grantor).collect();
+    let mut rounds = 0u64;
+    while flood.running() {
+        for &i in &workers {
+            cluster.members[i].send(&format!("incr {} counter 5", counter.display()));
+        }
+        for &i in &workers {
+            cluster.members[i].expect("increments under the flood", |l| l == "DONE incr counter 5");
+        }
+        rounds += 1;
+    }
+    let (sent, secs) = flood.finish();
+    let rate = sent as f64 / secs;
+    let after = stats(&mut cluster.members[grantor]);
+    let dropped: u64 = [2, 3, 4, 5, 6].iter().map(|&i| after[i] - before[i]).sum();
+    let grown_kib = after[9].saturating_sub(before[9]);
+    eprintln!(
+        "flood over {kind}: {sent} datagrams in {secs:.2} s ({rate:.0}/s); the grantor dropped {dropped} \
+         (authentication {}, key mismatch {}, replayed {}, stale {}, foreign {}); resident memory {} -> {} KiB; \
+         {} lock rounds of 2 × 5 increments during the flood",
+        after[2] - before[2], after[3] - before[3], after[4] - before[4], after[5] - before[5],
+        after[6] - before[6], before[9], after[9], rounds
+    );
+    assert!(
+        rate >= 100_000.0,
+        "the flood reached only {rate:.0} datagrams/s"
+    );
+    assert!(rounds >= 1);
+    assert!(
+        dropped >= 100_000,
+        "the grantor counted only {dropped} drops"
+    );
+    assert!(after[4] - before[4] > 0, "no replay was counted");
+    assert!(after[2] - before[2] > 0, "no forgery was counted");
+    assert!(
+        grown_kib < 64 * 1024,
+        "resident memory grew by {grown_kib} KiB"
+    );
+    assert_eq!(read_counter(&counter), rounds * 10);
+    let names: Vec<&str> = workers
+        .iter()
+        .map(|&i| cluster.members[i].name.as_str())
+        .collect();
+    check_log(&counter, rounds * 10, &names);
+    let all: Vec<usize> = (0..3).collect();
+    cluster.agree(&all);
+}
+
+/// Joins `cluster` from this process with its key, through a tap, takes a lock a few times and
+/// leaves; returns the datagrams it sent to `target`, as they crossed the network.
+fn record_traffic_to(cluster: &Cluster, target: SocketAddr) -> Vec<Vec<u8>> {
+    let tap = match cluster.backend {
+        Backend::Udp => Tap::new(
+            UdpMulticast::bind(&UdpConfig {
+                group: cluster.group,
+                port: cluster.port,
+                ..UdpConfig::loopback()
+            })
+            .unwrap(),
+        ),
+        Backend::Tcp => Tap::new(TcpMesh::loopback(cluster.seeds()).unwrap()),
+    };
+    let key = ClusterKey::from_file(cluster.key_file.as_ref().unwrap()).unwrap();
+    smol::block_on(async {
+        let node = Node::builder(&cluster.name)
+            .name("recorder")
+            .transport(tap.clone())
+            .config(EndpointConfig::local())
+            .cluster_key(key)
+            .join_timeout(WAIT)
+            .join()
+            .await
+            .unwrap();
+        let mutex = node.mutex("recorded").unwrap();
+        for _ in 0..20 {
+            mutex.lock().await.unwrap().unlock().await.unwrap();
+        }
+        node.leave().await;
+    });
+    tap.seen()
+        .into_iter()
+        .filter(|t| t.direction == Direction::Sent && t.peer == Some(target))
+        .map(|t| t.bytes)
+        .collect()
+}
+
+/// A `conclave-flood` process, killed by its PID when dropped.
+struct Flooder {
+    child: Child,
+    out: Receiver<String>,
+}
+
+impl Flooder {
+    fn spawn(args: &[String]) -> Self {
+        let mut child = Command::new(FLOOD)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn conclave-flood");
+        let (sender, out) = mpsc::channel();
+        forward(child.stdout.take().unwrap(), "", sender);
+        Self { child, out }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits for the flood's end (bounded) and returns what it sent and for how long.
+    fn finish(&mut self) -> (u64, f64) {
+        let line = self
+            .out
+            .recv_timeout(WAIT)
+            .expect("conclave-flood reports what it sent");
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words.first(), Some(&"SENT"), "{line}");
+        (words[1].parse().unwrap(), words[2].parse().unwrap())
+    }
+}
+
+impl Drop for Flooder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

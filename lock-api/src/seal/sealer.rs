@@ -245,6 +245,14 @@ impl Sealer {
                 return Opened::Dropped { notice: None };
             }
         };
+        // Replays and stale packets are known by their header: they cost no decryption. The
+        // header is not authenticated yet, so this only reads the windows.
+        let verdict = receive
+            .windows
+            .peek(now, header.sender, header.session, header.counter);
+        if verdict != Verdict::Fresh {
+            return self.not_fresh(receive, now, from, header, verdict);
+        }
         let opened = {
             let ring = keys.read();
             ring.get(header.key)
@@ -268,21 +276,31 @@ impl Sealer {
                 self.counters.opened.fetch_add(1, Ordering::Relaxed);
                 Opened::Datagram(datagram)
             }
-            Verdict::Replayed => {
-                self.counters.replayed.fetch_add(1, Ordering::Relaxed);
-                log(receive, now, "replayed", || {
-                    tracing::debug!(%from, sender = %header.sender, "packet from {from} was seen before (replayed or duplicated); dropped");
-                });
-                Opened::Dropped { notice: None }
-            }
-            Verdict::Stale => {
-                self.counters.stale_session.fetch_add(1, Ordering::Relaxed);
-                log(receive, now, "stale", || {
-                    tracing::info!(%from, sender = %header.sender, "packet from {from} belongs to an earlier run of {}; dropped", header.sender);
-                });
-                Opened::Dropped { notice: None }
-            }
+            verdict => self.not_fresh(receive, now, from, header, verdict),
         }
+    }
+
+    /// Counts and logs a replayed or stale packet.
+    fn not_fresh(
+        &self,
+        receive: &mut Receive,
+        now: Instant,
+        from: SocketAddr,
+        header: SealedHeader,
+        verdict: Verdict,
+    ) -> Opened {
+        if verdict == Verdict::Stale {
+            self.counters.stale_session.fetch_add(1, Ordering::Relaxed);
+            log(receive, now, "stale", || {
+                tracing::info!(%from, sender = %header.sender, "packet from {from} belongs to an earlier run of {}; dropped", header.sender);
+            });
+        } else {
+            self.counters.replayed.fetch_add(1, Ordering::Relaxed);
+            log(receive, now, "replayed", || {
+                tracing::debug!(%from, sender = %header.sender, "packet from {from} was seen before (replayed or duplicated); dropped");
+            });
+        }
+        Opened::Dropped { notice: None }
     }
 
     /// The counters so far.

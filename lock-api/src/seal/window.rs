@@ -97,6 +97,40 @@ pub(crate) struct Windows {
 }
 
 impl Windows {
+    /// Judges a packet by its (not yet authenticated) header without marking anything: a
+    /// packet that is a replay or stale by its header need not be opened, and a forged header
+    /// changes no window.
+    pub(crate) fn peek(
+        &self,
+        now: Instant,
+        sender: SocketAddr,
+        session: [u8; 16],
+        counter: u64,
+    ) -> Verdict {
+        let Some(window) = self.senders.get(&sender) else {
+            return Verdict::Fresh;
+        };
+        if now.saturating_duration_since(window.last) >= FORGET_AFTER {
+            return Verdict::Fresh;
+        }
+        if session != window.session {
+            return if session < window.session {
+                Verdict::Stale
+            } else {
+                Verdict::Fresh
+            };
+        }
+        if counter > window.top {
+            return Verdict::Fresh;
+        }
+        let back = window.top - counter;
+        if back >= WINDOW || window.seen[(back / 64) as usize] & (1 << (back % 64)) != 0 {
+            Verdict::Replayed
+        } else {
+            Verdict::Fresh
+        }
+    }
+
     /// Judges an authenticated packet and, if fresh, marks it seen.
     pub(crate) fn check(
         &mut self,
@@ -213,6 +247,21 @@ mod tests {
         assert_eq!(w.check(now, addr(2), [2; 16], 11), Verdict::Fresh);
         let later = now + FORGET_AFTER;
         assert_eq!(w.check(later, addr(1), [2; 16], 12), Verdict::Fresh);
+    }
+
+    #[test]
+    fn peeking_agrees_with_checking_and_marks_nothing() {
+        let now = Instant::now();
+        let mut w = Windows::default();
+        let s = [4; 16];
+        for c in [10u64, 12, 11, 2000, 12, 975, 976, 3000] {
+            let peeked = w.peek(now, addr(1), s, c);
+            assert_eq!(w.peek(now, addr(1), s, c), peeked, "peek marked {c}");
+            assert_eq!(w.check(now, addr(1), s, c), peeked, "counter {c}");
+        }
+        assert_eq!(w.peek(now, addr(1), [3; 16], 0), Verdict::Stale);
+        assert_eq!(w.peek(now, addr(1), [5; 16], 0), Verdict::Fresh);
+        assert_eq!(w.check(now, addr(1), s, 2999), Verdict::Fresh);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR]
-//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE]
 //! ```
 //!
 //! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
@@ -14,7 +14,9 @@
 //! seeds it founds the cluster. Either way it uses the fast one-host timings
 //! ([`EndpointConfig::local`]). `--majority N` selects the `Majority { cluster_size: N }`
 //! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
-//! term it promised, so fencing tokens never go back across restarts). The member name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
+//! term it promised, so fencing tokens never go back across restarts); `--key-file FILE` the
+//! cluster key (64 hex digits) that seals its traffic. The member name is 1 to 64 characters
+//! of `[A-Za-z0-9_.-]`.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
 //!
@@ -26,6 +28,8 @@
 //! | `status <name>` | `STATUS <name> held\|suspended\|lost\|none` |
 //! | `view` | `VIEW ...` of the current view |
 //! | `incr <file> <lock> <n>` | `n` times: lock; append `enter <token> <member>` to `<file>.log`; read the integer in `<file>` (0 if missing); write it plus one; append `exit <token> <member>`; unlock. Then `DONE incr <lock> <n>` |
+//! | `key install\|use\|remove <key-file>` | changes the keyring (install a key, make it the primary, remove it): `KEYS <primary id> <installed ids...>` |
+//! | `stats` | `STATS <sealed> <opened> <failed_authentication> <key_mismatch> <replayed> <stale_session> <foreign> <notices_sent> <notices_received> <resident KiB>` |
 //! | `quit` (or end of input) | releases everything, leaves the cluster, prints `BYE`, exits |
 //!
 //! Unprompted lines: `READY <member> <epoch> <members...>` once joined, `VIEW <epoch>
@@ -45,6 +49,7 @@ use std::process::ExitCode;
 use std::task::Poll;
 use std::time::Duration;
 
+use conclave::seal::ClusterKey;
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{
@@ -66,8 +71,8 @@ const MAX_INCR: u64 = 100_000;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 const USAGE: &str =
-    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR]
-       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR]";
+    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE]
+       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE]";
 
 /// The most seed addresses accepted.
 const MAX_SEEDS: usize = 64;
@@ -96,6 +101,7 @@ struct Args {
     backend: Backend,
     majority: Option<usize>,
     data_dir: Option<PathBuf>,
+    key_file: Option<PathBuf>,
 }
 
 /// Which transport, and where.
@@ -109,8 +115,11 @@ impl Args {
         let mut positional = Vec::new();
         let mut majority = None;
         let mut data_dir = None;
+        let mut key_file = None;
         while let Some(arg) = args.next() {
-            if arg == "--data-dir" {
+            if arg == "--key-file" {
+                key_file = Some(PathBuf::from(args.next().ok_or("--key-file needs a file")?));
+            } else if arg == "--data-dir" {
                 data_dir = Some(PathBuf::from(
                     args.next().ok_or("--data-dir needs a directory")?,
                 ));
@@ -172,6 +181,7 @@ impl Args {
             backend,
             majority,
             data_dir,
+            key_file,
         })
     }
 }
@@ -217,6 +227,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(dir) = args.data_dir {
         builder = builder.data_dir(dir);
+    }
+    if let Some(file) = args.key_file {
+        builder = builder.cluster_key_file(file);
     }
     let node = builder.join().await.map_err(|e| format!("join: {e}"))?;
     let mut views = node.views();
@@ -312,9 +325,15 @@ impl State<'_> {
                 Ok(())
             }
             ("incr", [file, name, n]) => self.incr(file, name, n),
-            ("quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr", _) => {
-                Err("wrong number of arguments".to_owned())
+            ("key", [action, file]) => self.key(action, file),
+            ("stats", []) => {
+                self.stats();
+                Ok(())
             }
+            (
+                "quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr" | "key" | "stats",
+                _,
+            ) => Err("wrong number of arguments".to_owned()),
             _ => Err("unknown command".to_owned()),
         };
         if let Err(message) = result {
@@ -375,6 +394,42 @@ impl State<'_> {
             Done::Incremented(name, result.map(|()| n))
         }));
         Ok(())
+    }
+
+    fn key(&mut self, action: &str, file: &str) -> Result<(), String> {
+        let ring = self.node.keyring().ok_or("this node has no cluster key")?;
+        let key = ClusterKey::from_file(file).map_err(|e| e.to_string())?;
+        match action {
+            "install" => ring.install(key).map(drop),
+            "use" => ring.use_key(key.id()),
+            "remove" => ring.remove(key.id()),
+            _ => {
+                return Err(format!(
+                    "unknown key action {action:?}: install, use or remove"
+                ))
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        let ids: Vec<String> = ring.ids().iter().map(ToString::to_string).collect();
+        say(format_args!("KEYS {} {}", ring.primary(), ids.join(" ")));
+        Ok(())
+    }
+
+    fn stats(&self) {
+        let s = self.node.seal_stats().unwrap_or_default();
+        say(format_args!(
+            "STATS {} {} {} {} {} {} {} {} {} {}",
+            s.sealed,
+            s.opened,
+            s.failed_authentication,
+            s.key_mismatch,
+            s.replayed,
+            s.stale_session,
+            s.foreign,
+            s.notices_sent,
+            s.notices_received,
+            resident_kib()
+        ));
     }
 
     fn mutex(&self, name: &str) -> Result<DistributedMutex, String> {
@@ -499,6 +554,14 @@ fn skip_line(input: &mut impl BufRead) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// This process's resident memory in KiB (Linux; 0 where unknown).
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4)
 }
 
 /// `<name>#<incarnation>@<address>`.

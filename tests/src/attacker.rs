@@ -195,6 +195,12 @@ impl Outsider {
                 }
                 stream.write_all(&out)?;
                 stream.flush()?;
+                // Close gracefully and drain what the member sends back (rejection notices):
+                // closing with unread bytes would reset the connection and discard frames the
+                // member has not read yet.
+                stream.shutdown(std::net::Shutdown::Write)?;
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let _ = std::io::copy(&mut stream, &mut std::io::sink());
                 Ok(sent)
             }
         }

@@ -120,16 +120,18 @@ fn stats(node: &Node) -> SealStats {
 
 /// Waits until `check` holds for `node`'s counters.
 async fn counted(node: &Node, what: &str, check: impl Fn(&SealStats) -> bool) -> SealStats {
-    within(WAIT, what, async {
-        loop {
-            let s = stats(node);
-            if check(&s) {
-                return s;
-            }
-            async_io::Timer::after(Duration::from_millis(5)).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let s = stats(node);
+        if check(&s) {
+            return s;
         }
-    })
-    .await
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {WAIT:?}: {s:?}"
+        );
+        async_io::Timer::after(Duration::from_millis(5)).await;
+    }
 }
 
 /// Asserts that `node` cannot join: its join fails with an authentication error naming the
@@ -225,12 +227,15 @@ async fn forged_unlocks_are_dropped(kind: Kind) {
     assert!(!to_grantor.is_empty());
     let mut forged = Vec::new();
     for (i, packet) in to_grantor.iter().enumerate().take(150) {
-        // A byte of the ciphertext or tag changed (the header is kept so the packet is judged
-        // by the key, not dismissed as foreign).
+        // A captured unlock made new: a counter the holder has not used yet (so it is no
+        // replay), and on every other one a byte of the ciphertext or tag changed too. The rest
+        // of the header is kept, so the packet is judged by the key, not dismissed as foreign.
         let mut bent = packet.clone();
-        let at = conclave::seal::SEALED_HEADER_LEN
-            + (i * 7) % (packet.len() - conclave::seal::SEALED_HEADER_LEN);
-        bent[at] ^= 0x20;
+        bent[33..41].copy_from_slice(&(u64::MAX - i as u64).to_be_bytes());
+        if i % 2 == 1 {
+            let body = packet.len() - conclave::seal::SEALED_HEADER_LEN;
+            bent[conclave::seal::SEALED_HEADER_LEN + (i * 7) % body] ^= 0x20;
+        }
         forged.push(bent);
     }
     let before = stats(grantor);

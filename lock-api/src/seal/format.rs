@@ -1,7 +1,7 @@
 //! The bytes of a sealed packet and of a rejection notice.
 //!
 //! A sealed packet is a 64-byte header, the ciphertext of the inner datagram (as long as the
-//! datagram) and a 16-byte Poly1305 tag:
+//! datagram) and a 16-byte GCM tag:
 //!
 //! | bytes | field |
 //! |---|---|
@@ -9,11 +9,13 @@
 //! | 4 | seal version, `1` |
 //! | 5..13 | cluster id (big-endian) |
 //! | 13..17 | key id (big-endian) |
-//! | 17..41 | nonce: the sender's 16-byte session id, then its 8-byte packet counter (big-endian) |
+//! | 17..33 | the sender's session id |
+//! | 33..41 | the sender's packet counter (big-endian): with four zero bytes in front, the AES-GCM nonce |
 //! | 41..64 | the sender's address: family (`4` or `6`), 16 address bytes (an IPv4 address in the first 4, zeros after), port, scope id (big-endian) |
 //!
-//! The whole header is the AEAD's associated data: none of it can be changed without the
-//! packet failing to open.
+//! The packet is sealed with AES-256-GCM under the sender's session key (derived from the
+//! cluster key and the session id) and the whole header as associated data: none of it can be
+//! changed without the packet failing to open.
 //!
 //! A rejection notice (unsealed, 21 bytes) tells a sender its packet did not open: magic
 //! `b"CNCR"`, version `1`, cluster id, the key id the packet named (`0` for an unsealed one),
@@ -21,8 +23,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+use aes_gcm::aead::AeadInPlace;
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
 
 use super::key::KeyId;
 use crate::wire::ClusterId;
@@ -120,21 +122,20 @@ impl SealedHeader {
         })
     }
 
-    fn nonce(&self) -> XNonce {
-        let mut nonce = XNonce::default();
-        nonce[..16].copy_from_slice(&self.session);
-        nonce[16..].copy_from_slice(&self.counter.to_be_bytes());
+    fn nonce(&self) -> Nonce<aes_gcm::aead::consts::U12> {
+        let mut nonce = Nonce::default();
+        nonce[4..].copy_from_slice(&self.counter.to_be_bytes());
         nonce
     }
 }
 
 /// Seals `datagram` under `header` into a new packet.
-pub(crate) fn seal(cipher: &XChaCha20Poly1305, header: &SealedHeader, datagram: &[u8]) -> Vec<u8> {
+pub(crate) fn seal(cipher: &Aes256Gcm, header: &SealedHeader, datagram: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(SEAL_OVERHEAD + datagram.len());
     header.write(&mut out);
     out.extend_from_slice(datagram);
     let (aad, body) = out.split_at_mut(SEALED_HEADER_LEN);
-    // Encryption fails only for messages beyond the cipher's limit (256 GiB): datagrams are
+    // Encryption fails only for messages beyond the cipher's limit (64 GiB): datagrams are
     // far below it, so the fallback (an unopenable zero tag) never goes out in practice.
     let tag = cipher
         .encrypt_in_place_detached(&header.nonce(), aad, body)
@@ -145,11 +146,7 @@ pub(crate) fn seal(cipher: &XChaCha20Poly1305, header: &SealedHeader, datagram: 
 
 /// Opens a sealed packet whose header was read as `header`: the inner datagram, or `None` if
 /// the packet is not authentic (wrong key, or any byte changed).
-pub(crate) fn open(
-    cipher: &XChaCha20Poly1305,
-    header: &SealedHeader,
-    packet: &[u8],
-) -> Option<Vec<u8>> {
+pub(crate) fn open(cipher: &Aes256Gcm, header: &SealedHeader, packet: &[u8]) -> Option<Vec<u8>> {
     let (aad, rest) = packet.split_at(SEALED_HEADER_LEN);
     let (body, tag) = rest.split_at(rest.len() - TAG_LEN);
     let mut datagram = body.to_vec();
@@ -202,7 +199,7 @@ impl Notice {
 
 #[cfg(test)]
 mod tests {
-    use chacha20poly1305::aead::KeyInit;
+    use aes_gcm::aead::KeyInit;
 
     use super::*;
 
@@ -218,8 +215,8 @@ mod tests {
 
     #[test]
     fn a_sealed_packet_opens_with_its_key_only_and_not_when_changed() {
-        let cipher = XChaCha20Poly1305::new(&[9; 32].into());
-        let other = XChaCha20Poly1305::new(&[8; 32].into());
+        let cipher = Aes256Gcm::new(&[9; 32].into());
+        let other = Aes256Gcm::new(&[8; 32].into());
         for sender in ["127.0.0.1:7800", "[::1%3]:9"] {
             let h = header(sender.parse().unwrap());
             let packet = seal(&cipher, &h, b"hello");

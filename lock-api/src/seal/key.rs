@@ -3,8 +3,10 @@
 use std::fmt;
 use std::path::Path;
 
-use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use aes_gcm::aead::KeyInit;
+use aes_gcm::Aes256Gcm;
+use hkdf::Hkdf;
+use sha2::Sha256;
 use thiserror::Error;
 use zeroize::Zeroizing;
 
@@ -18,8 +20,8 @@ pub const KEY_FILE_ENV: &str = "CONCLAVE_CLUSTER_KEY_FILE";
 ///
 /// It names the key in sealed packets (so a receiver picks the right key without trying them
 /// all), in logs ("packet from X failed authentication (key id N)") and in the keyring. It
-/// says nothing about the key: it is four bytes of the key's own authentication tag over a
-/// fixed text, which only the key's holder can compute.
+/// says nothing about the key: it is four bytes derived from the key with HKDF-SHA256 under a
+/// label of its own, which only the key's holder can compute.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyId(pub u32);
 
@@ -146,8 +148,14 @@ impl ClusterKey {
         self.id
     }
 
-    pub(crate) fn cipher(&self) -> XChaCha20Poly1305 {
-        XChaCha20Poly1305::new(self.bytes.as_ref().into())
+    /// The cipher of one sender session: AES-256-GCM under the key HKDF-SHA256 derives from
+    /// this cluster key for `session` (see [the nonce construction](super#nonces)).
+    pub(crate) fn session_cipher(&self, session: &[u8; 16]) -> Aes256Gcm {
+        let mut info = [0u8; SESSION_LABEL.len() + 16];
+        info[..SESSION_LABEL.len()].copy_from_slice(SESSION_LABEL);
+        info[SESSION_LABEL.len()..].copy_from_slice(session);
+        let key = Zeroizing::new(derive::<32>(&self.bytes, &info));
+        Aes256Gcm::new(key.as_ref().into())
     }
 }
 
@@ -196,15 +204,22 @@ fn hex_digit(c: u8) -> Result<u8, KeyError> {
     }
 }
 
-/// The key's id: the first four bytes of its authentication tag over an empty message with a
-/// fixed text as associated data, under the all-zero nonce. Sealed packets never use that
-/// nonce (their nonces start with a nonzero start time), so it is used once per key, here.
+/// The label under which a session key is derived (followed by the 16-byte session id).
+const SESSION_LABEL: &[u8] = b"conclave seal v1 session ";
+/// The label under which the key id is derived.
+const ID_LABEL: &[u8] = b"conclave seal v1 key id";
+
+/// `N` bytes of HKDF-SHA256 (no salt) of `key` for `info`.
+fn derive<const N: usize>(key: &[u8; 32], info: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    // Expanding fails only for outputs above 255 hash lengths; N is at most 32 here.
+    let _ = Hkdf::<Sha256>::new(None, key).expand(info, &mut out);
+    out
+}
+
+/// The key's id: four bytes derived from it under a label of their own.
 fn fingerprint(key: &[u8; 32]) -> KeyId {
-    let cipher = XChaCha20Poly1305::new(key.into());
-    let tag = cipher
-        .encrypt_in_place_detached(&XNonce::default(), b"conclave cluster key id v1", &mut [])
-        .unwrap_or_default();
-    KeyId(u32::from_be_bytes([tag[0], tag[1], tag[2], tag[3]]))
+    KeyId(u32::from_be_bytes(derive::<4>(key, ID_LABEL)))
 }
 
 #[cfg(test)]

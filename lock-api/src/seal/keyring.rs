@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use chacha20poly1305::XChaCha20Poly1305;
 use thiserror::Error;
 
 use super::key::{ClusterKey, KeyId};
@@ -42,20 +41,18 @@ pub struct Keyring {
 
 pub(crate) struct Ring {
     primary: KeyId,
-    keys: Vec<(KeyId, XChaCha20Poly1305)>,
+    keys: Vec<(KeyId, ClusterKey)>,
 }
 
 impl Ring {
-    pub(crate) fn primary(&self) -> (KeyId, &XChaCha20Poly1305) {
-        let (id, cipher) = self
-            .keys
+    pub(crate) fn primary(&self) -> &ClusterKey {
+        self.keys
             .iter()
             .find(|(id, _)| *id == self.primary)
-            .unwrap_or(&self.keys[0]);
-        (*id, cipher)
+            .map_or(&self.keys[0].1, |(_, key)| key)
     }
 
-    pub(crate) fn get(&self, id: KeyId) -> Option<&XChaCha20Poly1305> {
+    pub(crate) fn get(&self, id: KeyId) -> Option<&ClusterKey> {
         self.keys.iter().find(|(k, _)| *k == id).map(|(_, c)| c)
     }
 }
@@ -66,7 +63,7 @@ impl Keyring {
         Self {
             ring: Arc::new(RwLock::new(Ring {
                 primary: primary.id(),
-                keys: vec![(primary.id(), primary.cipher())],
+                keys: vec![(primary.id(), primary)],
             })),
         }
     }
@@ -82,7 +79,9 @@ impl Keyring {
             if ring.keys.len() >= MAX_KEYS {
                 return Err(KeyringError::Full);
             }
-            ring.keys.push((key.id(), key.cipher()));
+            let id = key.id();
+            ring.keys.push((id, key));
+            return Ok(id);
         }
         Ok(key.id())
     }

@@ -1,28 +1,32 @@
 //! Sealing: every datagram encrypted and authenticated with the cluster key (feature `seal`).
 //!
 //! A cluster that is given a key ([`ClusterKey`], in a [`Keyring`]) seals every datagram and
-//! every TCP frame its members exchange with XChaCha20-Poly1305 (RustCrypto's
-//! `chacha20poly1305`), and drops, counts and logs everything that does not open. The layer
-//! sits between the protocol and any [`crate::Transport`] ([`SealedTransport`]); the protocol
-//! above never sees an unauthenticated byte.
+//! every TCP frame its members exchange with AES-256-GCM (RustCrypto's `aes-gcm`, under keys
+//! derived with RustCrypto's `hkdf` and `sha2`), and drops, counts and logs everything that
+//! does not open. The layer sits between the protocol and any [`crate::Transport`]
+//! ([`SealedTransport`]); the protocol above never sees an unauthenticated byte.
 //!
 //! # What a sealed packet is
-//! A 64-byte header — magic, seal version, cluster id, the id of the key used, the nonce,
-//! the sender's address — then the encrypted datagram and a 16-byte tag; the whole header is
-//! authenticated as associated data (the byte layout is in the `format` section of
+//! A 64-byte header — magic, seal version, cluster id, the id of the key used, the sender's
+//! session id and packet counter, the sender's address — then the encrypted datagram and a
+//! 16-byte tag; the whole header is authenticated as associated data (the byte layout is in
 //! `docs/protocol.md`). A receiver picks the key by its id ([`KeyId`], a public fingerprint),
 //! so a keyring of several keys costs no trial decryptions.
 //!
 //! # Nonces
-//! A nonce is 24 bytes: the sender's **session id** (16 bytes: the wall-clock time at which
-//! its sealer was made, in nanoseconds since the Unix epoch, then 8 bytes from the operating
-//! system's random source), then a **counter** (8 bytes) that the sender increments for every
-//! packet, to anyone. Within one process the counter never repeats (a 64-bit atomic counter
-//! does not wrap in practice). Across processes and restarts the session id differs: two
-//! sessions share an id only if they start in the same nanosecond **and** draw the same 64
-//! random bits, and a clock set back does not make a collision likelier than that, because
-//! the random half is drawn anew. So no nonce repeats under one key, which is what the
-//! cipher's security needs; the 192-bit nonce of XChaCha20 leaves room for the random half.
+//! Every member seals with the same cluster key, so nonces must be unique across all members
+//! and all their restarts. Each sealer draws a **session id** when it is made (16 bytes: the
+//! wall-clock time in nanoseconds since the Unix epoch, then 8 bytes from the operating
+//! system's random source) and seals under its own **session key**: HKDF-SHA256 of the
+//! cluster key with the session id in the info string. The AES-GCM nonce is the session's
+//! **packet counter** (8 bytes, behind 4 zero bytes), incremented for every packet sent, to
+//! anyone. So a (key, nonce) pair repeats only if a counter repeats within a session — a
+//! 64-bit atomic counter does not wrap — or if two sessions share an id, which takes two
+//! sealers made in the same nanosecond **and** drawing the same 64 random bits; a clock set
+//! back does not make that likelier, because the random half is drawn anew. The 16-byte
+//! session id is why the key is derived per session rather than the id put in GCM's 12-byte
+//! nonce: 96 bits leave no room for both a safe random part and a counter. A receiver derives
+//! a sender's session key once per session and keeps it.
 //!
 //! # Replays
 //! A receiver keeps, per sender address (the authenticated one in the header), the sender's

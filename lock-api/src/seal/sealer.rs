@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use aes_gcm::Aes256Gcm;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::format::{self, FormatError, Notice, SealedHeader, NOTICE_MAGIC, SEALED_MAGIC};
 use super::key::KeyId;
 use super::keyring::Keyring;
-use super::window::{Verdict, Windows};
+use super::window::{Verdict, Windows, MAX_SENDERS};
 use crate::wire::ClusterId;
 
 /// How often each kind of drop is logged at most (the rest are counted).
@@ -90,6 +92,8 @@ struct Receive {
     logged: HashMap<&'static str, (Option<Instant>, u64)>,
     notified: HashMap<SocketAddr, Instant>,
     rejection: Option<Rejection>,
+    /// The session cipher each sender used last (derived once per session and key).
+    ciphers: HashMap<SocketAddr, (KeyId, [u8; 16], Aes256Gcm)>,
 }
 
 /// Seals and opens one member's datagrams: the sans-IO part of [`super::SealedTransport`].
@@ -123,6 +127,8 @@ pub struct Sealer {
     local: SocketAddr,
     session: [u8; 16],
     counter: AtomicU64,
+    /// The cipher of this sender's session under its primary key, derived on first use.
+    send: RwLock<Option<(KeyId, Arc<Aes256Gcm>)>>,
     counters: Counters,
     receive: Mutex<Receive>,
 }
@@ -154,6 +160,7 @@ impl Sealer {
             local,
             session,
             counter: AtomicU64::new(0),
+            send: RwLock::new(None),
             counters: Counters::default(),
             receive: Mutex::new(Receive::default()),
         })
@@ -182,8 +189,25 @@ impl Sealer {
         let Some(keys) = &self.keys else {
             return Ok(datagram.to_vec());
         };
-        let ring = keys.read();
-        let (key, cipher) = ring.primary();
+        let key = keys.primary();
+        let cipher = {
+            let cached = self.send.read().unwrap_or_else(PoisonError::into_inner);
+            match &*cached {
+                Some((id, cipher)) if *id == key => Some(cipher.clone()),
+                _ => None,
+            }
+        };
+        let cipher = match cipher {
+            Some(cipher) => cipher,
+            None => {
+                let ring = keys.read();
+                let primary = ring.primary();
+                let cipher = Arc::new(primary.session_cipher(&self.session));
+                *self.send.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some((primary.id(), cipher.clone()));
+                cipher
+            }
+        };
         let header = SealedHeader {
             cluster: self.cluster,
             key,
@@ -191,7 +215,7 @@ impl Sealer {
             counter: self.counter.fetch_add(1, Ordering::Relaxed),
             sender: self.local,
         };
-        let packet = format::seal(cipher, &header, datagram);
+        let packet = format::seal(&cipher, &header, datagram);
         self.counters.sealed.fetch_add(1, Ordering::Relaxed);
         Ok(packet)
     }
@@ -253,12 +277,21 @@ impl Sealer {
         if verdict != Verdict::Fresh {
             return self.not_fresh(receive, now, from, header, verdict);
         }
-        let opened = {
-            let ring = keys.read();
-            ring.get(header.key)
-                .and_then(|cipher| format::open(cipher, &header, bytes))
+        let cached = receive
+            .ciphers
+            .get(&header.sender)
+            .filter(|(key, session, _)| *key == header.key && *session == header.session);
+        let opened = match cached {
+            Some((_, _, cipher)) => format::open(cipher, &header, bytes).map(|d| (d, None)),
+            None => {
+                let cipher = keys
+                    .read()
+                    .get(header.key)
+                    .map(|k| k.session_cipher(&header.session));
+                cipher.and_then(|c| format::open(&c, &header, bytes).map(|d| (d, Some(c))))
+            }
         };
-        let Some(datagram) = opened else {
+        let Some((datagram, derived)) = opened else {
             self.counters
                 .failed_authentication
                 .fetch_add(1, Ordering::Relaxed);
@@ -273,6 +306,14 @@ impl Sealer {
             .check(now, header.sender, header.session, header.counter)
         {
             Verdict::Fresh => {
+                if let Some(cipher) = derived {
+                    if receive.ciphers.len() >= MAX_SENDERS {
+                        receive.ciphers.clear();
+                    }
+                    receive
+                        .ciphers
+                        .insert(header.sender, (header.key, header.session, cipher));
+                }
                 self.counters.opened.fetch_add(1, Ordering::Relaxed);
                 Opened::Datagram(datagram)
             }

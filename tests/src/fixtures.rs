@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use conclave::memory::MemoryNetwork;
+use conclave::seal::ClusterKey;
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{EndpointConfig, Node, View};
@@ -57,42 +58,69 @@ pub fn udp_config() -> UdpConfig {
 
 /// The group backend over UDP on loopback: [`MEMBERS`] nodes.
 pub fn udp(cluster: String) -> BoxFuture<'static, Vec<Node>> {
-    Box::pin(async move {
-        let mut nodes = Vec::new();
-        for i in 0..MEMBERS {
-            let node = Node::builder(&cluster)
-                .name(format!("u{i}"))
-                .transport(UdpMulticast::bind(&udp_config()).unwrap())
-                .config(EndpointConfig::local());
-            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+    Box::pin(udp_members(cluster, None))
+}
+
+/// The group backend over UDP on loopback with a cluster key: [`MEMBERS`] nodes, every
+/// datagram sealed.
+pub fn udp_sealed(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(udp_members(cluster, Some(test_key())))
+}
+
+/// The key of the sealed fixtures (a test's key: never use a fixed key in a deployment).
+pub fn test_key() -> ClusterKey {
+    ClusterKey::from_bytes([0x5e; 32])
+}
+
+async fn udp_members(cluster: String, key: Option<ClusterKey>) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for i in 0..MEMBERS {
+        let mut node = Node::builder(&cluster)
+            .name(format!("u{i}"))
+            .transport(UdpMulticast::bind(&udp_config()).unwrap())
+            .config(EndpointConfig::local());
+        if let Some(key) = &key {
+            node = node.cluster_key(key.clone());
         }
-        agree(&nodes).await;
-        nodes
-    })
+        nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+    }
+    agree(&nodes).await;
+    nodes
 }
 
 /// The group backend over a TCP mesh on loopback: [`MEMBERS`] nodes, the first one the seed
 /// of the others.
 pub fn tcp(cluster: String) -> BoxFuture<'static, Vec<Node>> {
-    Box::pin(async move {
-        let mut nodes: Vec<Node> = Vec::new();
-        let mut seed = None;
-        for i in 0..MEMBERS {
-            let mesh = TcpMesh::loopback(seed).unwrap();
-            let addr = {
-                use conclave::api::Transport;
-                mesh.local_addr()
-            };
-            seed.get_or_insert(addr);
-            let node = Node::builder(&cluster)
-                .name(format!("t{i}"))
-                .transport(mesh)
-                .config(EndpointConfig::local());
-            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+    Box::pin(tcp_members(cluster, None))
+}
+
+/// The group backend over a TCP mesh on loopback with a cluster key: [`MEMBERS`] nodes, every
+/// frame sealed.
+pub fn tcp_sealed(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(tcp_members(cluster, Some(test_key())))
+}
+
+async fn tcp_members(cluster: String, key: Option<ClusterKey>) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut seed = None;
+    for i in 0..MEMBERS {
+        let mesh = TcpMesh::loopback(seed).unwrap();
+        let addr = {
+            use conclave::api::Transport;
+            mesh.local_addr()
+        };
+        seed.get_or_insert(addr);
+        let mut node = Node::builder(&cluster)
+            .name(format!("t{i}"))
+            .transport(mesh)
+            .config(EndpointConfig::local());
+        if let Some(key) = &key {
+            node = node.cluster_key(key.clone());
         }
-        agree(&nodes).await;
-        nodes
-    })
+        nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+    }
+    agree(&nodes).await;
+    nodes
 }
 
 /// Waits until every node has installed the same view, made of exactly them.

@@ -5,7 +5,7 @@
 //!   them through [`conclave::Node`] — exclusion, FIFO, try and timeout, cancellation,
 //!   reentrancy, read/write, fencing tokens, events, lost holds, shutdown. The test binary
 //!   `backends` runs them as `conformance::<backend>::<scenario>` against the local backend and
-//!   the group backend over memory, UDP and TCP.
+//!   the group backend over memory, UDP and TCP, and over UDP and TCP with a cluster key.
 //! - [`fixtures`]: how each backend's members are started for a scenario.
 //! - the test binary `transport` runs one set of scenarios of the `Transport` contract against
 //!   every transport (the in-memory one, UDP multicast, the TCP mesh), as

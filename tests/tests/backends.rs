@@ -1,5 +1,6 @@
 //! The backend conformance suite: every scenario of [`conclave_tests::backend`] against every
-//! backend, as `conformance::<backend>::<scenario>`.
+//! backend, as `conformance::<backend>::<scenario>`: the local backend, the group backend over
+//! memory, UDP and TCP, and over UDP and TCP with a cluster key (`udp_sealed`, `tcp_sealed`).
 
 use conclave_tests::backend;
 use conclave_tests::fixtures::{self, Start};
@@ -44,4 +45,4 @@ macro_rules! conformance {
     };
 }
 
-conformance!(local, memory, udp, tcp);
+conformance!(local, memory, udp, tcp, udp_sealed, tcp_sealed);

@@ -72,10 +72,15 @@ impl Keyring {
     /// already held does nothing.
     ///
     /// # Errors
-    /// [`KeyringError::Full`] with [`MAX_KEYS`] keys installed.
+    /// [`KeyringError::Full`] with [`MAX_KEYS`] keys installed; [`KeyringError::Collision`]
+    /// if another installed key has the same id (a 2^-32 chance: generate another key).
     pub fn install(&self, key: ClusterKey) -> Result<KeyId, KeyringError> {
         let mut ring = self.ring.write().unwrap_or_else(PoisonError::into_inner);
-        if ring.get(key.id()).is_none() {
+        if let Some(installed) = ring.get(key.id()) {
+            if *installed != key {
+                return Err(KeyringError::Collision(key.id()));
+            }
+        } else {
             if ring.keys.len() >= MAX_KEYS {
                 return Err(KeyringError::Full);
             }
@@ -151,6 +156,9 @@ pub enum KeyringError {
     /// No installed key has this id.
     #[error("no installed key has id {0}")]
     NotInstalled(KeyId),
+    /// Another installed key has the same id.
+    #[error("another installed key has id {0}: generate a new key")]
+    Collision(KeyId),
     /// The primary key cannot be removed.
     #[error("key {0} is the primary key: make another key primary before removing it")]
     Primary(KeyId),

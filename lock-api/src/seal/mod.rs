@@ -7,9 +7,11 @@
 //! ([`SealedTransport`]); the protocol above never sees an unauthenticated byte.
 //!
 //! # What a sealed packet is
-//! A 64-byte header — magic, seal version, cluster id, the id of the key used, the sender's
-//! session id and packet counter, the sender's address — then the encrypted datagram and a
-//! 16-byte tag; the whole header is authenticated as associated data (the byte layout is in
+//! A 73-byte header — magic, seal version, cluster id, the id of the key used, the sender's
+//! session id and packet counter, when it was sealed, the sender's address, whether it goes to
+//! one member or to the discovery channel — then the encrypted datagram and a 16-byte tag. The
+//! associated data is the header and the destination's address (not sent: the receiver puts in
+//! its own), so a packet sealed for one member does not open at another (the byte layout is in
 //! `docs/protocol.md`). A receiver picks the key by its id ([`KeyId`], a public fingerprint),
 //! so a keyring of several keys costs no trial decryptions.
 //!
@@ -33,20 +35,29 @@
 //! current session and a window of the last [`WINDOW`] counters it accepted: a packet seen
 //! before or below the window is dropped ([`SealStats::replayed`]). A newer session (the
 //! sender restarted: a later start time) replaces the window; a packet of an older session is
-//! dropped ([`SealStats::stale_session`]). Windows of senders silent for [`FORGET_AFTER`] are
-//! forgotten (and at most [`MAX_SENDERS`] are kept), so two residual cases remain, both
-//! documented in the guide: a member that never heard a sender's newer session, or forgot it,
-//! accepts replays of the older one once; and a member whose clock went back across a
-//! restart is refused by those who remember its previous run, until they forget it.
+//! dropped ([`SealStats::stale_session`]). A packet sealed more than [`MAX_AGE`] before or
+//! after the receiver's wall clock is dropped by anyone ([`SealStats::out_of_time`]), so
+//! members' clocks must agree within it. Windows of senders silent for [`FORGET_AFTER`] (more
+//! than twice [`MAX_AGE`]) are forgotten, and at most [`MAX_SENDERS`] are kept. Two residual
+//! cases remain, both in the guide: a member that has not heard a sender (it just started)
+//! accepts each of that sender's packets younger than [`MAX_AGE`] once, if they were sealed for
+//! it or for discovery; and a member whose clock went back across a restart is refused by those
+//! who remember its previous run, until they forget it.
 //!
 //! # Wrong keys
-//! A packet of this cluster that does not open (an unknown key id, a wrong key, a changed
-//! byte) is counted ([`SealStats::failed_authentication`]), logged at most every few seconds
-//! as `packet from X failed authentication (key id N)`, and answered (at most once a second
-//! per address) with a small unsealed **rejection notice**. A member that receives notices
-//! and no answer knows it holds the wrong key: the node's join then fails with an
-//! authentication error instead of founding a cluster of its own. A notice is not
-//! authenticated and changes nothing but that error.
+//! A packet of this cluster that does not open (an unknown or removed key, a wrong key, a
+//! changed byte, another member's packet) is counted ([`SealStats::failed_authentication`]),
+//! logged at most every few seconds as `packet from X failed authentication (key id N)`, and
+//! answered with a small unsealed **rejection notice** naming the packet's session (never
+//! longer than the packet, at most once a second per address and 16 a second in all). A member
+//! that receives notices about its own packets and no answer knows it holds the wrong key: the
+//! node's join then fails with an authentication error instead of founding a cluster of its
+//! own. A notice is not authenticated and changes nothing but that error.
+//!
+//! # Memory
+//! Keys, derived session keys and AES round keys are wiped when dropped; the HMAC state
+//! inside a key derivation is not (the `hkdf` crate does not wipe it), and lives only for the
+//! derivation.
 
 mod format;
 mod key;
@@ -61,6 +72,6 @@ pub use format::{
 };
 pub use key::{ClusterKey, KeyError, KeyId, KEY_ENV, KEY_FILE_ENV};
 pub use keyring::{Keyring, KeyringError, MAX_KEYS};
-pub use sealer::{Opened, Rejection, SealStats, Sealer};
+pub use sealer::{Opened, Rejection, SealStats, Sealer, MAX_AGE};
 pub use transport::SealedTransport;
 pub use window::{FORGET_AFTER, MAX_SENDERS, WINDOW};

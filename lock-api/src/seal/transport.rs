@@ -88,7 +88,7 @@ impl Transport for SealedTransport {
         if self.sealer.keyring().is_none() {
             return self.inner.send_to(to, bytes);
         }
-        self.inner.send_to(to, &self.sealer.seal(bytes)?)
+        self.inner.send_to(to, &self.sealer.seal(Some(to), bytes)?)
     }
 
     fn send_discovery(&self, bytes: &[u8]) -> io::Result<()> {
@@ -98,7 +98,7 @@ impl Transport for SealedTransport {
         if self.sealer.keyring().is_none() {
             return self.inner.send_discovery(bytes);
         }
-        self.inner.send_discovery(&self.sealer.seal(bytes)?)
+        self.inner.send_discovery(&self.sealer.seal(None, bytes)?)
     }
 
     async fn recv(&self) -> io::Result<Datagram> {

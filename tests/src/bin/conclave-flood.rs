@@ -104,14 +104,18 @@ fn hostile(cluster: &[u8; 8], replays: &[Vec<u8>]) -> Vec<Vec<u8>> {
         noise
     };
     let n = replays.len().max(256);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let mut out = Vec::with_capacity(4 * n);
     for i in 0..n {
         if let Some(replay) = replays.get(i) {
             out.push(replay.clone());
         }
-        // A forgery: a sealed header of this cluster, a key id seen on the wire (or made up),
-        // a fresh nonce, an address, and noise where the ciphertext and tag go.
-        let mut forged = b"CNCS\x01".to_vec();
+        // A forgery: a sealed header of this cluster (seal version 2), a key id seen on the
+        // wire (or made up), a fresh session and counter, the current time (so it is judged by
+        // its key, not dropped as old), an address, and noise where the ciphertext and tag go.
+        let mut forged = b"CNCS\x02".to_vec();
         forged.extend_from_slice(cluster);
         match replays
             .get(i)
@@ -123,11 +127,13 @@ fn hostile(cluster: &[u8; 8], replays: &[Vec<u8>]) -> Vec<Vec<u8>> {
         for _ in 0..3 {
             forged.extend_from_slice(&next().to_be_bytes());
         }
+        forged.extend_from_slice(&now_ms.to_be_bytes());
         forged.push(4);
         forged.extend_from_slice(&[127, 0, 0, 1]);
         forged.extend_from_slice(&[0; 12]);
         forged.extend_from_slice(&(next() as u16 | 1).to_be_bytes());
         forged.extend_from_slice(&[0; 4]);
+        forged.push(0);
         for _ in 0..(4 + i % 16) {
             forged.extend_from_slice(&next().to_be_bytes());
         }

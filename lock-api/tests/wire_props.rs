@@ -431,14 +431,29 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 owner,
                 token
             }),
-        (arb_request_id(), arb_lock_name(), arb_token(), arb_u64()).prop_map(
-            |(request, name, token, stamp)| LockMessage::Granted {
+        (
+            arb_request_id(),
+            arb_lock_name(),
+            arb_token(),
+            arb_u64(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(request, name, token, stamp, cached)| LockMessage::Granted {
+                    request,
+                    name,
+                    token,
+                    stamp,
+                    cached,
+                }
+            ),
+        (arb_request_id(), arb_lock_name(), arb_token()).prop_map(|(request, name, token)| {
+            LockMessage::Revoke {
                 request,
                 name,
                 token,
-                stamp,
             }
-        ),
+        }),
         (arb_request_id(), arb_lock_name(), any::<bool>()).prop_map(
             |(request, name, unavailable)| LockMessage::Denied {
                 request,
@@ -509,6 +524,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Cancel { .. }) => "Cancel",
         Message::Lock(LockMessage::Unlock { .. }) => "Unlock",
         Message::Lock(LockMessage::Granted { .. }) => "Granted",
+        Message::Lock(LockMessage::Revoke { .. }) => "Revoke",
         Message::Lock(LockMessage::Renew { .. }) => "Renew",
         Message::Lock(LockMessage::Renewed { .. }) => "Renewed",
         Message::Lock(LockMessage::Queued { .. }) => "Queued",
@@ -544,7 +560,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 21, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 22, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);
@@ -1402,6 +1418,7 @@ fn golden_granted_message() {
         name: LockName::new("orders/7").expect("valid"),
         token: FencingToken::new(3, 1),
         stamp: 9,
+        cached: false,
     });
     let bytes = wire::encode_message(&message).expect("encodes");
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");

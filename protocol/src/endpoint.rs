@@ -86,6 +86,8 @@ pub struct EndpointStats {
     pub reliable: reliable::Stats,
     /// Grantor counters.
     pub grantor: GrantorStats,
+    /// Node-level caching counters.
+    pub cache: crate::locking::CacheStats,
     /// Datagrams dropped because they belong to another cluster.
     pub dropped_foreign: u64,
     /// Datagrams dropped because of an unsupported protocol version.
@@ -244,6 +246,7 @@ impl Endpoint {
             gms: self.gms.stats(),
             reliable: self.reliable.stats(),
             grantor: self.locks.grantor_stats(),
+            cache: self.locks.cache_stats(),
             ..self.stats.clone()
         }
     }

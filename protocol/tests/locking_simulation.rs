@@ -367,6 +367,64 @@ fn harsh_faults_catch_orphaned_members() {
     );
 }
 
+/// A configuration with node-level caching switched on at every member.
+fn with_cache(mut config: SimConfig) -> SimConfig {
+    config.endpoint.locks.node_cache.enabled = true;
+    config
+}
+
+/// The cache band: node caching on, both policies, gentle and harsh
+/// (`CONCLAVE_CACHE_SEEDS` / `CONCLAVE_CACHE_HARSH_SEEDS` per policy).
+#[test]
+fn cached_seeds_run_clean() {
+    let gentle = env_u64(
+        "CONCLAVE_CACHE_SEEDS",
+        if cfg!(debug_assertions) { 10 } else { 300 },
+    );
+    let harsh = env_u64(
+        "CONCLAVE_CACHE_HARSH_SEEDS",
+        if cfg!(debug_assertions) { 5 } else { 75 },
+    );
+    for policy in [PartitionPolicy::Available, MAJORITY] {
+        let name = format!("{policy:?}, node cache");
+        let total = assert_clean(
+            &name,
+            run_seeds(&with_cache(SimConfig::locking(policy)), &[], gentle),
+        );
+        let harsh_name = format!("{policy:?}, node cache (harsh)");
+        let harsh_total = assert_clean(
+            &harsh_name,
+            run_seeds(&with_cache(SimConfig::locking_harsh(policy)), &[], harsh),
+        );
+        assert_harsh(&harsh_name, &harsh_total);
+        for (name, t) in [(&name, &total), (&harsh_name, &harsh_total)] {
+            assert!(t.cache.hits > 0, "{name}: no cache hit");
+            assert!(t.grantor.node_grants > 0, "{name}: no node grant");
+            assert!(
+                t.grantor.revokes > 0 && t.cache.revokes > 0,
+                "{name}: no revoke"
+            );
+        }
+    }
+}
+
+#[test]
+fn granting_from_a_returned_node_grant_is_caught() {
+    let config = SimConfig {
+        lock_sabotage: LockSabotage {
+            cache_after_return: true,
+            ..LockSabotage::default()
+        },
+        ..with_cache(SimConfig::locking(PartitionPolicy::Available))
+    };
+    let found = (1..=50).find_map(|seed| sim::run(seed, &config).err());
+    let violation = found.expect("a checker catches grants from a returned node grant");
+    assert!(
+        violation.invariant.contains("node grant") || violation.invariant.contains("mutual"),
+        "{violation}"
+    );
+}
+
 #[test]
 fn replay() {
     let Ok(seed) = std::env::var("CONCLAVE_SIM_SEED") else {
@@ -377,7 +435,11 @@ fn replay() {
         Ok("majority") => MAJORITY,
         _ => PartitionPolicy::Available,
     };
-    match sim::run(seed, &SimConfig::from_env_profile(Some(policy))) {
+    let mut config = SimConfig::from_env_profile(Some(policy));
+    if std::env::var("CONCLAVE_SIM_CACHE").is_ok_and(|v| v == "1") {
+        config = with_cache(config);
+    }
+    match sim::run(seed, &config) {
         Ok(report) => println!("seed {seed} runs clean\n{report}"),
         Err(violation) => panic!("{violation}"),
     }

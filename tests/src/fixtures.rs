@@ -31,19 +31,30 @@ pub fn local(cluster: String) -> BoxFuture<'static, Vec<Node>> {
 
 /// The group backend over the in-memory transport: [`MEMBERS`] nodes.
 pub fn memory(cluster: String) -> BoxFuture<'static, Vec<Node>> {
-    Box::pin(async move {
-        let network = MemoryNetwork::new();
-        let mut nodes = Vec::new();
-        for i in 0..MEMBERS {
-            let node = Node::builder(&cluster)
-                .name(format!("m{i}"))
-                .transport(network.transport())
-                .config(EndpointConfig::local());
-            nodes.push(within(WAIT, "join", node.join()).await.unwrap());
-        }
-        agree(&nodes).await;
-        nodes
-    })
+    Box::pin(memory_members(cluster, EndpointConfig::local()))
+}
+
+/// The group backend over the in-memory transport with node-level caching on at every member
+/// (a node grant asked on the first `lock()`): [`MEMBERS`] nodes.
+pub fn memory_cached(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    let mut config = EndpointConfig::local();
+    config.locks.node_cache.enabled = true;
+    config.locks.node_cache.after = 1;
+    Box::pin(memory_members(cluster, config))
+}
+
+async fn memory_members(cluster: String, config: EndpointConfig) -> Vec<Node> {
+    let network = MemoryNetwork::new();
+    let mut nodes = Vec::new();
+    for i in 0..MEMBERS {
+        let node = Node::builder(&cluster)
+            .name(format!("m{i}"))
+            .transport(network.transport())
+            .config(config.clone());
+        nodes.push(within(WAIT, "join", node.join()).await.unwrap());
+    }
+    agree(&nodes).await;
+    nodes
 }
 
 /// The multicast group and port of this test process (TTL 0, interface 127.0.0.1): tests of

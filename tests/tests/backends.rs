@@ -1,6 +1,7 @@
 //! The backend conformance suite: every scenario of [`conclave_tests::backend`] against every
 //! backend, as `conformance::<backend>::<scenario>`: the local backend, the group backend over
-//! memory, UDP and TCP, and over UDP and TCP with a cluster key (`udp_sealed`, `tcp_sealed`).
+//! memory, UDP and TCP, over memory with node-level caching (`memory_cached`), and over UDP and
+//! TCP with a cluster key (`udp_sealed`, `tcp_sealed`).
 
 use conclave_tests::backend;
 use conclave_tests::fixtures::{self, Start};
@@ -45,4 +46,12 @@ macro_rules! conformance {
     };
 }
 
-conformance!(local, memory, udp, tcp, udp_sealed, tcp_sealed);
+conformance!(
+    local,
+    memory,
+    memory_cached,
+    udp,
+    tcp,
+    udp_sealed,
+    tcp_sealed
+);

@@ -251,6 +251,14 @@ pub struct PendingRelease {
     pub token: FencingToken,
 }
 
+/// How many fencing tokens a node grant reserves for its node's local acquisitions: the
+/// grantor's next token after a node grant of token `T` is at least `T + NODE_GRANT_TOKENS`.
+pub const NODE_GRANT_TOKENS: u64 = 4096;
+
+/// The local owner number of a member's node owner: the owner of node grants (a lock cached at
+/// the node, handed to its local owners without messages). Never a user's owner.
+pub const NODE_OWNER: u64 = u64::MAX;
+
 /// Locking messages between clients and the grantor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockMessage {
@@ -319,6 +327,23 @@ pub enum LockMessage {
         /// under `Majority` the holder's lease runs from the moment it sent that stamp.
         #[serde(default)]
         stamp: u64,
+        /// A node grant (the request's owner is the member's node owner) that reserves the
+        /// block of [`NODE_GRANT_TOKENS`] tokens from `token` for the node's local
+        /// acquisitions, and is revoked with [`LockMessage::Revoke`] when another owner asks.
+        /// Absent (false) from a grantor without node caching: the grant is then a plain one.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cached: bool,
+    },
+    /// Grantor → member: another owner asks for a lock this member holds as a node grant;
+    /// return it as soon as no local owner holds it.
+    Revoke {
+        /// The node grant's request.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The token of the grant in the grantor's table (a revoke of an older grant is
+        /// stale).
+        token: FencingToken,
     },
     /// Grantor → client: the request waits in the queue, behind `position − 1` other waiters
     /// (and at least one holder). Sent once, when the grantor queues it; never for a request

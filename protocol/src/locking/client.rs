@@ -53,6 +53,8 @@ pub(crate) struct Held {
     /// `Majority`: the lease runs from this instant (the send time of the newest stamp a
     /// grantor confirmed this hold with).
     pub(crate) leased_from: Instant,
+    /// A node grant whose grantor reserved its token block (see `cache`).
+    pub(crate) cached: bool,
 }
 
 /// A release not yet acknowledged.
@@ -173,6 +175,13 @@ impl Client {
         self.releases.len()
     }
 
+    /// A new request id, unique on this member.
+    pub(crate) fn next_id(&mut self) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        request
+    }
+
     /// Registers a request and sends it if a grantor is known.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lock(
@@ -185,8 +194,25 @@ impl Client {
         timeout: Option<std::time::Duration>,
         out: &mut Outbox,
     ) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
+        let request = self.next_id();
+        self.lock_with_id(now, request, owner, name, mode, wait, timeout, out);
+        request
+    }
+
+    /// Registers a request under an id from [`Client::next_id`] and sends it if a grantor is
+    /// known.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lock_with_id(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        owner: u64,
+        name: LockName,
+        mode: LockMode,
+        wait: bool,
+        timeout: Option<std::time::Duration>,
+        out: &mut Outbox,
+    ) {
         let mut pending = Pending {
             name,
             owner,
@@ -203,7 +229,6 @@ impl Client {
             pending.sent = true;
         }
         self.pending.insert(request, pending);
-        request
     }
 
     fn lock_message(&mut self, now: Instant, request: RequestId, p: &Pending) -> LockMessage {
@@ -448,6 +473,7 @@ impl Client {
                 name,
                 token,
                 stamp,
+                cached,
             } => {
                 if let Some(pending) = self.pending.get_mut(&request) {
                     if pending.given_back.get(from).is_some_and(|t| token <= *t) {
@@ -555,6 +581,7 @@ impl Client {
                         granted_by: from.clone(),
                         table_token: token,
                         leased_from,
+                        cached,
                     },
                 );
                 notices.push_back(LockNotice::Granted {
@@ -664,7 +691,8 @@ impl Client {
             | LockMessage::Serving { .. }
             | LockMessage::TableRequest { .. }
             | LockMessage::Table { .. }
-            | LockMessage::Holding { .. } => {}
+            | LockMessage::Holding { .. }
+            | LockMessage::Revoke { .. } => {}
         }
     }
 

@@ -78,6 +78,9 @@ pub struct LockConfig {
     /// suspended (ownership unknown) until it hears again (under `Majority`: whose lease was
     /// last renewed this long ago). Holders renew every `suspend_after / 2`. Default 1.5 s.
     pub suspend_after: Duration,
+    /// Node-level caching of exclusive locks: off by default (see
+    /// [`NodeCacheConfig`](super::NodeCacheConfig)).
+    pub node_cache: super::NodeCacheConfig,
 }
 
 impl Default for LockConfig {
@@ -89,6 +92,7 @@ impl Default for LockConfig {
             lease_margin: Duration::from_secs(1),
             support_lease: Duration::from_secs(3),
             suspend_after: Duration::from_millis(1500),
+            node_cache: super::NodeCacheConfig::default(),
         }
     }
 }
@@ -103,6 +107,11 @@ impl LockConfig {
             lease_margin: Duration::from_millis(150),
             support_lease: Duration::from_millis(400),
             suspend_after: Duration::from_millis(200),
+            node_cache: super::NodeCacheConfig {
+                idle: Duration::from_millis(200),
+                backoff: Duration::from_millis(200),
+                ..super::NodeCacheConfig::default()
+            },
         }
     }
 

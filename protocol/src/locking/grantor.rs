@@ -7,11 +7,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
+use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest, NODE_OWNER};
 use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use tracing::{debug, info, warn};
 
-use super::table::{Holder, LockTable, Verdict, Waiter};
+use super::table::{is_node_grant, Holder, LockTable, Verdict, Waiter};
 use super::Outbox;
 use crate::time::Instant;
 
@@ -78,7 +78,14 @@ pub struct GrantorStats {
     pub duplicates_resolved: u64,
     /// Reports merged after their reconciliation had finished.
     pub late_reports: u64,
+    /// Node grants made (locks cached at a node).
+    pub node_grants: u64,
+    /// Revokes sent: node grants asked back because another owner wanted the lock.
+    pub revokes: u64,
 }
+
+/// The most revokes remembered (to send each once).
+const REVOKED_MAX: usize = 65_536;
 
 /// Test-only ways to break the grantor.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,6 +108,8 @@ pub(crate) struct Grantor {
     stamps: BTreeMap<MemberId, u64>,
     pub(crate) stats: GrantorStats,
     pub(crate) sabotage: GrantorSabotage,
+    /// Node grants asked back already: (member, request, token).
+    revoked: BTreeSet<(MemberId, RequestId, conclave_lock_api::FencingToken)>,
     /// Grants in the order made, for the simulator's token checker.
     #[cfg(feature = "sim")]
     pub(crate) grant_log: Vec<(LockName, conclave_lock_api::FencingToken)>,
@@ -112,6 +121,7 @@ impl Grantor {
             local,
             phase: Phase::Idle,
             table: LockTable::default(),
+            revoked: BTreeSet::new(),
             epoch: 0,
             view_epoch: 0,
             grace_until: None,
@@ -470,6 +480,7 @@ impl Grantor {
                 if owner.member != *from {
                     return;
                 }
+                let cached = owner.local == NODE_OWNER && mode == LockMode::Exclusive;
                 // A resend of a granted request is answered with its grant again (if the
                 // grantor may vouch for it now).
                 let token = if let Some(h) = self.table.holder(&name, from, request) {
@@ -487,6 +498,8 @@ impl Grantor {
                     };
                     let free = self.table.can_grant_now(&name, mode, ctx.now);
                     if !(self.may_grant(ctx) && free) {
+                        // A node grant in the way goes back as soon as its node is done.
+                        self.revoke_node_grants(&name, Some(&waiter.owner), out);
                         if wait {
                             let position = self.table.enqueue(&name, waiter);
                             // Queued behind another owner: tell the client. (A request that
@@ -514,6 +527,9 @@ impl Grantor {
                     token
                 };
                 let stamp = self.stamp_of(from);
+                if cached {
+                    self.stats.node_grants += 1;
+                }
                 out.push_back((
                     from.clone(),
                     LockMessage::Granted {
@@ -521,6 +537,7 @@ impl Grantor {
                         name,
                         token,
                         stamp,
+                        cached,
                     },
                 ));
             }
@@ -608,8 +625,43 @@ impl Grantor {
                     name: name.clone(),
                     token: holder.token,
                     stamp,
+                    cached: is_node_grant(&holder),
                 },
             ));
+            if is_node_grant(&holder) {
+                self.stats.node_grants += 1;
+            }
+        }
+        // A node grant made while others still wait is asked back at once.
+        if self.table.has_waiters(name) {
+            self.revoke_node_grants(name, None, out);
+        }
+    }
+
+    /// Asks every node grant of `name` held by another owner than `asker` back, once per
+    /// grant (a new grantor asks again: its table learned the grant from a report).
+    fn revoke_node_grants(&mut self, name: &LockName, asker: Option<&OwnerId>, out: &mut Outbox) {
+        for holder in self.table.node_grants(name) {
+            if asker == Some(&holder.owner) {
+                continue;
+            }
+            let key = (holder.owner.member.clone(), holder.request, holder.token);
+            if !self.revoked.insert(key) {
+                continue;
+            }
+            self.stats.revokes += 1;
+            out.push_back((
+                holder.owner.member.clone(),
+                LockMessage::Revoke {
+                    request: holder.request,
+                    name: name.clone(),
+                    token: holder.token,
+                },
+            ));
+        }
+        if self.revoked.len() > REVOKED_MAX {
+            // Revokes of grants long gone; a grant still held is asked again, harmlessly.
+            self.revoked.clear();
         }
     }
 

@@ -30,6 +30,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cache;
 mod client;
 mod config;
 mod grantor;
@@ -39,7 +40,7 @@ mod table;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{LeaseBeat, LockMessage};
+use conclave_lock_api::wire::{LeaseBeat, LockMessage, NODE_OWNER};
 use conclave_lock_api::{
     FencingToken, GrantorTable, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
     UnexpectedGrant, View,
@@ -53,6 +54,7 @@ use client::Client;
 use grantor::{Ctx, Grantor};
 use lease::{scale, Support, Term};
 
+pub use cache::{CacheStats, NodeCacheConfig};
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
 
@@ -253,6 +255,8 @@ pub struct LockSabotage {
     /// `Majority`: let waiting requests wait on in a minority view instead of refusing them
     /// after a lease (the jgroups-raft rule that a cut-off member resigns its waits).
     pub keep_waits_in_minority: bool,
+    /// Node caching: keep granting local requests from a node grant after returning it.
+    pub cache_after_return: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -266,6 +270,8 @@ pub struct LockService {
     last_heard: BTreeMap<MemberId, Instant>,
     client: Client,
     grantor: Grantor,
+    /// Node-level caching of exclusive locks.
+    cache: cache::NodeCache,
     outbox: Outbox,
     notices: VecDeque<LockNotice>,
     next_check: Option<Instant>,
@@ -301,6 +307,7 @@ impl LockService {
         Self {
             client: Client::new(local.clone(), lease),
             grantor: Grantor::new(local.clone()),
+            cache: cache::NodeCache::default(),
             local,
             config,
             view: None,
@@ -333,6 +340,7 @@ impl LockService {
         self.client.anchor_at_receipt = sabotage.anchor_leases_at_receipt;
         self.support.promise_anyone = sabotage.promise_anyone;
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
+        self.cache.serve_after_return = sabotage.cache_after_return;
     }
 
     /// The configuration.
@@ -347,6 +355,13 @@ impl LockService {
         let refuse_at_once = self.minority_since.is_some_and(|since| {
             !request.wait || now.saturating_duration_since(since) >= self.config.lease
         });
+        if !refuse_at_once {
+            if let Some(id) = self.cache_lock(now, &request) {
+                self.arm_renewal(now);
+                self.pump(now);
+                return id;
+            }
+        }
         let id = self.client.lock(
             now,
             request.owner,
@@ -397,6 +412,10 @@ impl LockService {
     /// released: nothing stays held or queued.
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
         self.enter(now);
+        if self.cache_cancel(now, request) {
+            self.pump(now);
+            return;
+        }
         if !self.client.cancel(request, &mut self.outbox) {
             self.client.unlock(request, &mut self.outbox);
         }
@@ -410,6 +429,10 @@ impl LockService {
     /// [`NotHeld`] if `request` holds nothing here (never granted, already released or lost).
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
         self.enter(now);
+        if self.cache_unlock(now, request).is_some() {
+            self.pump(now);
+            return Ok(());
+        }
         if !self.client.unlock(request, &mut self.outbox) {
             return Err(NotHeld(request));
         }
@@ -422,6 +445,7 @@ impl LockService {
     /// Returns how many locks were released.
     pub fn unlock_all(&mut self, now: Instant, owner: u64) -> usize {
         self.enter(now);
+        let cached = self.cache_unlock_all(now, owner);
         let held: Vec<RequestId> = self
             .client
             .held()
@@ -441,7 +465,7 @@ impl LockService {
             self.client.cancel(request, &mut self.outbox);
         }
         self.pump(now);
-        held.len()
+        held.len() + cached
     }
 
     /// The member is leaving: every held lock is reported lost ([`LockLostReason::Shutdown`])
@@ -450,6 +474,7 @@ impl LockService {
     /// by a member the grantor no longer counts.
     pub fn shutdown(&mut self, now: Instant) {
         self.enter(now);
+        self.cache_shutdown();
         self.client.lose_all(
             LockLostReason::Shutdown,
             &mut self.outbox,
@@ -672,6 +697,7 @@ impl LockService {
             self.arm_renewal(now);
         }
         self.check_leases(now);
+        self.cache_timeout(now);
         self.pump(now);
     }
 
@@ -810,6 +836,7 @@ impl LockService {
             self.minority_since
                 .filter(|_| self.client.pending_requests().next().is_some())
                 .map(|since| since + self.config.lease),
+            self.cache_next_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -818,31 +845,52 @@ impl LockService {
 
     /// The status of the lock acquired by `request`, if this member holds it.
     pub fn status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
-        self.client
-            .held_lock(request)
-            .map(|h| self.hold_status(now, h.leased_from))
+        self.cache_status(now, request).or_else(|| {
+            self.client
+                .held_lock(request)
+                .filter(|h| h.owner != NODE_OWNER)
+                .map(|h| self.hold_status(now, h.leased_from))
+        })
     }
 
     /// Every lock held on this member, with its status at `now`.
     pub fn holds(&self, now: Instant) -> Vec<HoldInfo> {
-        self.client
-            .held()
-            .map(|(request, h)| HoldInfo {
-                request: *request,
-                name: h.name.clone(),
-                owner: h.owner,
-                mode: h.mode,
-                token: h.token,
-                granted_in: h.granted_in,
-                granted_by: h.granted_by.clone(),
-                status: self.hold_status(now, h.leased_from),
-            })
-            .collect()
+        let mut holds = self.cache_holds(now);
+        holds.extend(
+            self.client
+                .held()
+                .filter(|(_, h)| h.owner != NODE_OWNER)
+                .map(|(request, h)| HoldInfo {
+                    request: *request,
+                    name: h.name.clone(),
+                    owner: h.owner,
+                    mode: h.mode,
+                    token: h.token,
+                    granted_in: h.granted_in,
+                    granted_by: h.granted_by.clone(),
+                    status: self.hold_status(now, h.leased_from),
+                }),
+        );
+        holds
     }
 
-    /// Requests of this member still waiting for an answer.
+    /// The requests whose grants this member holds at the protocol level: node grants
+    /// included, the local holds taken from them not (what the grantor's table lists).
+    pub fn member_holds(&self) -> Vec<RequestId> {
+        self.client.held().map(|(r, _)| *r).collect()
+    }
+
+    /// Requests of this member's owners still waiting for an answer: at the grantor, or
+    /// queued at this member behind a local holder of a cached lock.
     pub fn pending_requests(&self) -> Vec<RequestId> {
-        self.client.pending_requests().copied().collect()
+        let mut pending: Vec<RequestId> = self
+            .client
+            .pending_requests()
+            .copied()
+            .filter(|r| self.client.pending_owner(*r) != Some(NODE_OWNER))
+            .collect();
+        pending.extend(self.cache_queued());
+        pending
     }
 
     /// Releases of this member not yet acknowledged.
@@ -1150,6 +1198,11 @@ impl LockService {
                     self.grantor.handle(&ctx, from, message, &mut self.outbox);
                 }
             }
+            LockMessage::Revoke { request, token, .. } => {
+                if self.grantor_is(from) {
+                    self.cache_revoke(now, request, token);
+                }
+            }
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }
             | LockMessage::UnlockAck { .. }
@@ -1182,6 +1235,16 @@ impl LockService {
         self.outbox = remote;
         self.check_leases(now);
         self.announce_serving(now);
+        self.cache_absorb(now);
+        if !self.outbox.iter().all(|(to, _)| *to != self.local) {
+            // The cache released or asked at this member's own grantor.
+            self.pump(now);
+        }
+    }
+
+    /// Whether `member` is this member's grantor (the coordinator of its view).
+    fn grantor_is(&self, member: &MemberId) -> bool {
+        self.client.grantor() == Some(member)
     }
 }
 

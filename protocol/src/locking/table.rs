@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter};
+use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, NODE_GRANT_TOKENS, NODE_OWNER};
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId};
 
 use crate::time::Instant;
@@ -61,6 +61,21 @@ pub(crate) struct LockTable {
     last_token: FencingToken,
     /// Sabotage: hand out the last token again instead of a new one.
     pub(crate) reuse_tokens: bool,
+}
+
+/// Whether `holder` is a node grant: an exclusive hold of a member's node owner, which takes a
+/// block of [`NODE_GRANT_TOKENS`] tokens for its node's local acquisitions.
+pub(crate) fn is_node_grant(holder: &Holder) -> bool {
+    holder.owner.local == NODE_OWNER && holder.mode == LockMode::Exclusive
+}
+
+/// The last token a hold may have handed out: its own, or the end of a node grant's block.
+fn block_end(holder: &Holder) -> FencingToken {
+    if is_node_grant(holder) {
+        FencingToken(holder.token.0.saturating_add(NODE_GRANT_TOKENS - 1))
+    } else {
+        holder.token
+    }
 }
 
 fn same(owner: &OwnerId, request: RequestId, member: &MemberId, req: RequestId) -> bool {
@@ -143,9 +158,10 @@ impl LockTable {
         token
     }
 
-    /// Adds a holder as reported in reconciliation (its token is kept).
+    /// Adds a holder as reported in reconciliation (its token is kept). A node grant's
+    /// whole token block is taken: every later token exceeds it.
     pub(crate) fn insert_holder(&mut self, name: &LockName, holder: Holder) {
-        self.observe_token(holder.token);
+        self.observe_token(block_end(&holder));
         self.locks
             .entry(name.clone())
             .or_default()
@@ -299,6 +315,7 @@ impl LockTable {
                 token,
                 request: waiter.request,
             };
+            self.observe_token(block_end(&holder));
             if let Some(entry) = self.locks.get_mut(name) {
                 entry.holders.push(holder.clone());
             }
@@ -313,6 +330,22 @@ impl LockTable {
         if self.locks.get(name).is_some_and(|e| e.is_unused(now)) {
             self.locks.remove(name);
         }
+    }
+
+    /// The node grants of `name` (exclusive holds of a member's node owner).
+    pub(crate) fn node_grants(&self, name: &LockName) -> Vec<Holder> {
+        self.locks.get(name).map_or_else(Vec::new, |e| {
+            e.holders
+                .iter()
+                .filter(|h| is_node_grant(h))
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// Whether `name` has waiters.
+    pub(crate) fn has_waiters(&self, name: &LockName) -> bool {
+        self.locks.get(name).is_some_and(|e| !e.queue.is_empty())
     }
 
     /// Names of locks with waiters.

@@ -70,6 +70,7 @@ impl Simulation {
     }
 
     pub(super) fn check_locks(&mut self) -> Result<(), Violation> {
+        self.check_cache()?;
         self.check_mutual_exclusion()?;
         self.check_tokens()?;
         self.check_grantor_tables()?;
@@ -228,6 +229,24 @@ impl Simulation {
 
     /// When every reliable stream between view members is acknowledged, nothing is in flight: the grantor's table
     /// must then hold exactly what the members believe they hold.
+    /// 7. Node caching: every local hold taken from a node grant is covered by that grant,
+    ///    held by its member right now (no cached grant is used after it went back).
+    fn check_cache(&self) -> Result<(), Violation> {
+        for (index, slot) in self.slots.iter().enumerate() {
+            let Some(endpoint) = slot.endpoint.as_ref() else {
+                continue;
+            };
+            let orphans = endpoint.locks().cache_orphans();
+            if !orphans.is_empty() {
+                return Err(self.violation(
+                    "no lock is granted from a node grant its member no longer holds",
+                    format!("node {index} holds {orphans:?} from node grants it returned or lost"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check_consistency(&self) -> Result<(), Violation> {
         let mut grantor_view = None;
         for slot in &self.slots {
@@ -251,8 +270,8 @@ impl Simulation {
             let Some(endpoint) = slot.endpoint.as_ref() else {
                 continue;
             };
-            for hold in endpoint.holds(slot.clock.local(self.now)) {
-                believed.insert((endpoint.local().clone(), hold.request));
+            for request in endpoint.locks().member_holds() {
+                believed.insert((endpoint.local().clone(), request));
             }
             if endpoint.locks().is_serving() {
                 for (_, owner, request, _) in endpoint.locks().grantor_holds() {

@@ -8,7 +8,7 @@ use super::network::NetworkStats;
 use super::workload::WorkloadStats;
 use crate::endpoint::Endpoint;
 use crate::gms::GmsStats;
-use crate::locking::GrantorStats;
+use crate::locking::{CacheStats, GrantorStats};
 use crate::reliable::Stats as ReliableStats;
 use crate::time::Instant;
 
@@ -48,6 +48,8 @@ pub struct Report {
     pub views_installed: u64,
     /// Grantor counters summed over every incarnation.
     pub grantor: GrantorStats,
+    /// Node-level caching counters summed over every incarnation.
+    pub cache: CacheStats,
     /// Reliable-layer counters summed over every incarnation.
     pub reliable: ReliableStats,
     /// Crashes of a grantor whose table held at least one lock.
@@ -71,6 +73,7 @@ impl Report {
         let stats = endpoint.stats();
         add_gms(&mut self.gms, &stats.gms);
         add_grantor(&mut self.grantor, &stats.grantor);
+        add_cache(&mut self.cache, &stats.cache);
         add_reliable(&mut self.reliable, &stats.reliable);
     }
 
@@ -99,6 +102,7 @@ impl Report {
         add_gms(&mut self.gms, &other.gms);
         self.views_installed += other.views_installed;
         add_grantor(&mut self.grantor, &other.grantor);
+        add_cache(&mut self.cache, &other.cache);
         add_reliable(&mut self.reliable, &other.reliable);
         self.grantor_crashes_with_locks += other.grantor_crashes_with_locks;
         let (w, o) = (&mut self.workload, &other.workload);
@@ -123,6 +127,15 @@ fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
     total.reconciliations += s.reconciliations;
     total.duplicates_resolved += s.duplicates_resolved;
     total.late_reports += s.late_reports;
+    total.node_grants += s.node_grants;
+    total.revokes += s.revokes;
+}
+
+fn add_cache(total: &mut CacheStats, s: &CacheStats) {
+    total.hits += s.hits;
+    total.node_grants_asked += s.node_grants_asked;
+    total.revokes += s.revokes;
+    total.returned += s.returned;
 }
 
 fn add_reliable(total: &mut ReliableStats, s: &ReliableStats) {
@@ -218,6 +231,12 @@ impl fmt::Display for Report {
                 f,
                 "grantor             {} grants ({} contended), {} reconciliations, {} duplicates resolved, {} late reports, {} grantor crashes while locks were held",
                 g.grants, g.contended_grants, g.reconciliations, g.duplicates_resolved, g.late_reports, self.grantor_crashes_with_locks
+            )?;
+            let c = &self.cache;
+            writeln!(
+                f,
+                "node cache          {} cache hits, {} node grants ({} asked), {} revokes sent, {} revokes received, {} returned",
+                c.hits, g.node_grants, c.node_grants_asked, g.revokes, c.revokes, c.returned
             )?;
             writeln!(f, "token amnesia       {} (grants below a token whose epoch the grantor never heard of)", self.token_amnesia)?;
         }

@@ -349,8 +349,14 @@ fn tcp_seeds() -> Result<Vec<(String, Vec<u8>)>> {
     )?);
     let frame = |len: usize| fuzzing::encode_frame(&vec![0xa5; len]);
     let seeds = vec![
-        ("hello-v4", tcp_input(65_535, 0, &[hello4.clone()])),
-        ("hello-v6", tcp_input(65_535, 1, &[hello6.clone()])),
+        (
+            "hello-v4",
+            tcp_input(65_535, 0, std::slice::from_ref(&hello4)),
+        ),
+        (
+            "hello-v6",
+            tcp_input(65_535, 1, std::slice::from_ref(&hello6)),
+        ),
         (
             "hello-frames",
             tcp_input(

@@ -66,7 +66,9 @@ for target in $targets; do
         failed=1
         summary[-1]+="  FAILED (exit $status)"
         echo "-- $target failed (exit $status); the end of its log:"
-        tail -n 60 "$log"
+        tail -n 40 "$log"
+        echo "-- the panic:"
+        grep -A 1 'panicked at' "$log" | head -n 4 || echo "(none: a timeout, a leak or a memory limit)"
         for artifact in $(sed -n 's/.*Test unit written to \([^ ]*\).*/\1/p' "$log" | sort -u); do
             if [[ -f "$artifact" ]]; then
                 echo "-- input $artifact (base64): $(base64 -w0 "$artifact")"

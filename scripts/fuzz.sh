@@ -33,7 +33,7 @@ targets=${FUZZ_TARGETS:-wire_decode tcp_frames endpoint_input}
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 
-if ! rustup toolchain list | grep -q '^nightly'; then
+if ! cargo +nightly --version >/dev/null 2>&1; then
     echo "fuzz.sh: the nightly toolchain is missing: rustup toolchain install nightly" >&2
     exit 1
 fi

@@ -220,7 +220,7 @@ impl FrameReader {
     }
 
     /// Bytes allocated for the buffer.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn allocated(&self) -> usize {
         self.buf.capacity()
     }

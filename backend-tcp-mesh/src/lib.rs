@@ -178,6 +178,8 @@
 mod config;
 mod conn;
 mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod mesh;
 mod peer;
 mod queue;

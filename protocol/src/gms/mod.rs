@@ -718,7 +718,7 @@ impl Gms {
         let mut epoch = self.next_epoch();
         let candidates = std::mem::take(&mut self.merge_candidates);
         for (other, _) in candidates.values() {
-            epoch = epoch.max(other.epoch() + 1);
+            epoch = epoch.max(other.epoch().saturating_add(1));
             for member in other.members() {
                 if !members.contains(member) {
                     members.push(member.clone());

@@ -339,3 +339,29 @@ fn a_member_whose_coordinator_follows_another_lineage_takes_over() {
     );
     assert!(view.epoch() > 7, "above every epoch heard of: {view}");
 }
+
+/// Found by the `endpoint_input` fuzz target: a coordinator that heard another coordinator
+/// announce a view of epoch `u64::MAX` overflowed computing the merge view's epoch (a panic
+/// where overflow is checked). The epoch saturates instead, as `next_epoch` does.
+#[test]
+fn an_announced_view_of_the_last_epoch_does_not_overflow_the_merge() {
+    let mut g = Gms::new(member(1), GmsConfig::local());
+    let mut now = Instant::ZERO;
+    g.join(now);
+    while g.view().is_none() {
+        now = g.poll_timeout().expect("a joining member has timers");
+        g.handle_timeout(now);
+    }
+    let last = View::new(u64::MAX, vec![member(2)]).unwrap();
+    g.handle_discovery(now, &member(2), Discovery::Announce { view: last });
+    // The next announcement round merges.
+    let until = now + GmsConfig::local().announce_interval * 2;
+    while g.stats().merges_led == 0 && now < until {
+        now = g.poll_timeout().expect("a coordinator has timers");
+        g.handle_timeout(now);
+    }
+    assert_eq!(g.stats().merges_led, 1);
+    let view = g.view().expect("the merge view");
+    assert_eq!(view.epoch(), u64::MAX);
+    assert_eq!(view.members(), [member(1), member(2)]);
+}

@@ -245,6 +245,9 @@ impl NodeBuilder {
             KeySource::File(path) => Some(Keyring::new(ClusterKey::from_file(path)?)),
             KeySource::Env => ClusterKey::from_env()?.map(Keyring::new),
         };
+        if let Some(keys) = &keys {
+            transport.use_keyring(ClusterId::from_name(&self.cluster), keys);
+        }
         let sealer = Arc::new(Sealer::new(
             ClusterId::from_name(&self.cluster),
             keys,

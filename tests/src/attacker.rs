@@ -104,6 +104,10 @@ impl Transport for Tap {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    fn use_keyring(&self, cluster: conclave::api::wire::ClusterId, keys: &conclave::seal::Keyring) {
+        self.inner.use_keyring(cluster, keys);
+    }
 }
 
 impl BlockingRecv for Tap {

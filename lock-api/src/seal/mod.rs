@@ -47,8 +47,15 @@
 //! and no answer knows it holds the wrong key: the node's join then fails with an
 //! authentication error instead of founding a cluster of its own. A notice is not
 //! authenticated and changes nothing but that error.
+//!
+//! # Handshakes
+//! A transport with connections proves the key on each before trusting it
+//! ([`Keyring::prove`], [`Keyring::verify`]: a tag of the connection's transcript, see
+//! [`HandshakeProof`]), and reports a peer that proves another key by a [`Notice`] of its own
+//! making ([`Notice::encode`]), so the node hears of it as it hears of a notice sent.
 
 mod format;
+mod handshake;
 mod key;
 mod keyring;
 mod sealer;
@@ -59,6 +66,7 @@ pub use format::{
     Notice, NOTICE_LEN, NOTICE_MAGIC, SEALED_HEADER_LEN, SEALED_MAGIC, SEAL_OVERHEAD, SEAL_VERSION,
     TAG_LEN,
 };
+pub use handshake::{HandshakeProof, ProofError, PROOF_LABEL, PROOF_TAG_LEN};
 pub use key::{ClusterKey, KeyError, KeyId, KEY_ENV, KEY_FILE_ENV};
 pub use keyring::{Keyring, KeyringError, MAX_KEYS};
 pub use sealer::{Opened, Rejection, SealStats, Sealer};

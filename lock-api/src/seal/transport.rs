@@ -117,6 +117,10 @@ impl Transport for SealedTransport {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    fn use_keyring(&self, cluster: crate::wire::ClusterId, keys: &super::Keyring) {
+        self.inner.use_keyring(cluster, keys);
+    }
 }
 
 impl BlockingRecv for SealedTransport {

@@ -160,6 +160,9 @@ pub(crate) struct Conn {
     pub(crate) last_rx: Option<Instant>,
     /// A duplicate (or a member's connection at close): flush, send FIN, read to EOF, drop.
     pub(crate) draining: bool,
+    /// Closed for failing authentication: FIN sent, what comes is read and dropped until the
+    /// peer's FIN (so the peer reads our proof before the close, and no reset cuts it off).
+    pub(crate) rejected: bool,
     /// We sent FIN.
     pub(crate) write_shut: bool,
     /// The peer sent FIN.
@@ -269,6 +272,7 @@ impl Conn {
             handshake: None,
             last_rx: None,
             draining: false,
+            rejected: false,
             write_shut: false,
             read_eof: false,
             deadline,
@@ -512,6 +516,37 @@ impl Conn {
             self.read_eof = true;
         }
         Ok(received)
+    }
+
+    /// Reads and drops what the peer sends, registering readability (if there is `cx`) when
+    /// nothing more is waiting. Returns whether the stream ended (the peer's FIN, or an error).
+    pub(crate) fn discard_until_eof(&mut self, mut cx: Option<&mut Context<'_>>) -> bool {
+        let Link::Up(stream) = &self.link else {
+            return true;
+        };
+        let mut scratch = [0u8; 4096];
+        for _ in 0..IO_BUDGET {
+            match stream.get_ref().read(&mut scratch) {
+                Ok(0) => {
+                    self.read_eof = true;
+                    return true;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
+                        Some(Poll::Ready(Ok(()))) => {}
+                        Some(Poll::Ready(Err(_))) => return true,
+                        Some(Poll::Pending) | None => return false,
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+        if let Some(cx) = cx {
+            cx.waker().wake_by_ref();
+        }
+        false
     }
 
     /// Reads and drops whatever the peer sent that is waiting, so closing the socket sends FIN

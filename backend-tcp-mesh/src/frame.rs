@@ -44,6 +44,9 @@ const PROOF_LEN: usize = 4 + 4 + PROOF_TAG_LEN;
 pub(crate) const MAX_HELLO: usize = HELLO_V6_LEN + SEAL_LEN;
 /// The longest hello frame, prefix included.
 pub(crate) const MAX_HELLO_FRAME: usize = HEADER_LEN + MAX_HELLO;
+/// The most handshake bytes a connection queues ahead of its data: the longest hello frame
+/// and, on a keyed mesh, the proof frame.
+pub(crate) const MAX_HANDSHAKE_BYTES: usize = MAX_HELLO_FRAME + HEADER_LEN + PROOF_LEN;
 /// The least a read asks the kernel for once the hello is in, so small frames arrive in batches.
 const READ_CHUNK: usize = 16 * 1024;
 

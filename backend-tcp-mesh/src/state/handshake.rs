@@ -176,7 +176,8 @@ impl State {
         what: &str,
         rejected: Option<Rejected>,
     ) {
-        let Some(conn) = self.close_now(token) else {
+        // Its queued frames count as lost here; it only lingers to close cleanly.
+        let Some(mut conn) = self.remove(token) else {
             return;
         };
         self.stats.auth_failures += 1;
@@ -207,6 +208,24 @@ impl State {
         if let Some(addr) = conn.dialled {
             self.backoff(addr, now);
         }
+        // FIN now (our proof, if any, went out before it), then read to the peer's FIN within
+        // close_timeout: closing with its bytes unread would reset the connection, and the
+        // peer could lose our proof, and with it the reason.
+        let _ = conn.queue.take_unsent();
+        if !conn.queue.is_held() {
+            // Our hello and proof: a few dozen bytes the kernel takes (an error shows later).
+            let _ = conn.flush(None);
+        }
+        conn.keys.clear();
+        conn.handshake = None;
+        conn.shutdown_write();
+        conn.draining = true;
+        conn.rejected = true;
+        conn.scheduled = false;
+        conn.deadline = now.checked_add(self.config.close_timeout);
+        self.note_deadline(conn.deadline);
+        self.conns.insert(token, conn);
+        self.schedule(token);
         if let Some(rejected) = rejected {
             if self.notices.len() < MAX_NOTICES {
                 self.notices.push_back(Datagram {

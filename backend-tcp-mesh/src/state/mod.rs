@@ -569,6 +569,13 @@ impl State {
         let conn = self.conns.get_mut(&token)?;
         let waker = (mode == Mode::Async).then(|| conn.waker.clone());
         let mut cx = waker.as_ref().map(Context::from_waker);
+        if conn.rejected {
+            if conn.discard_until_eof(cx.as_mut()) {
+                trace!(token, "unauthenticated connection closed");
+                self.conns.remove(&token);
+            }
+            return None;
+        }
         if conn.is_dialing() {
             match conn.poll_dial(cx.as_mut()) {
                 Poll::Pending => return None,

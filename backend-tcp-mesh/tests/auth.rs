@@ -134,10 +134,18 @@ fn an_unkeyed_dialler_is_closed_and_counted_and_both_sides_hear_why() {
     let mut raw = TcpStream::connect(a.addr()).expect("connect");
     raw.write_all(&common::hello(1, 9, "127.0.0.1:9".parse().unwrap()))
         .expect("write");
-    raw.write_all(&frame(b"a frame")).expect("write");
+    // Frames after it, however long, are read and dropped until the peer's FIN: no reset.
+    raw.write_all(&frame(&vec![7; 100_000])).expect("write");
+    raw.shutdown(std::net::Shutdown::Write).expect("FIN");
     assert!(read_until_closed(&mut raw, LIMIT).is_some());
     assert!(eventually(LIMIT, || a.stats().auth_failures == 2));
-    assert_eq!(a.stats().frames_received, 0);
+    assert!(eventually(LIMIT, || a.stats().connections == 0));
+    let stats = a.stats();
+    assert_eq!(
+        (stats.frames_received, stats.violations),
+        (0, 0),
+        "{stats:?}"
+    );
     a.close();
     b.close();
 }

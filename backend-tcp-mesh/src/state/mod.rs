@@ -606,6 +606,11 @@ impl State {
         }
         loop {
             let conn = self.conns.get_mut(&token)?;
+            if conn.rejected {
+                // Failed authentication just now: only read to its end from here on.
+                self.schedule(token);
+                return None;
+            }
             match conn.read_frame(cx.as_mut(), max_frame) {
                 Ok(Received::Frame(payload)) => match conn.hello {
                     Some(hello) => {

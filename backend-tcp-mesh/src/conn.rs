@@ -26,6 +26,9 @@ use crate::queue::{SendQueue, Total};
 
 /// Reads and writes attempted per call before yielding to other connections.
 const IO_BUDGET: usize = 64;
+/// The most bytes read and dropped from a connection closed for failing authentication
+/// before it is reset (a peer that follows the handshake sends a few dozen).
+const REJECTED_READ_MAX: usize = 64 * 1024;
 
 /// Idle time before the first keepalive probe.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -163,6 +166,8 @@ pub(crate) struct Conn {
     /// Closed for failing authentication: FIN sent, what comes is read and dropped until the
     /// peer's FIN (so the peer reads our proof before the close, and no reset cuts it off).
     pub(crate) rejected: bool,
+    /// Bytes dropped since the rejection.
+    discarded: usize,
     /// We sent FIN.
     pub(crate) write_shut: bool,
     /// The peer sent FIN.
@@ -273,6 +278,7 @@ impl Conn {
             last_rx: None,
             draining: false,
             rejected: false,
+            discarded: 0,
             write_shut: false,
             read_eof: false,
             deadline,
@@ -519,7 +525,8 @@ impl Conn {
     }
 
     /// Reads and drops what the peer sends, registering readability (if there is `cx`) when
-    /// nothing more is waiting. Returns whether the stream ended (the peer's FIN, or an error).
+    /// nothing more is waiting. Returns whether to close now: the stream ended (the peer's
+    /// FIN, or an error) or more than [`REJECTED_READ_MAX`] bytes came.
     pub(crate) fn discard_until_eof(&mut self, mut cx: Option<&mut Context<'_>>) -> bool {
         let Link::Up(stream) = &self.link else {
             return true;
@@ -531,7 +538,12 @@ impl Conn {
                     self.read_eof = true;
                     return true;
                 }
-                Ok(_) => {}
+                Ok(n) => {
+                    self.discarded += n;
+                    if self.discarded > REJECTED_READ_MAX {
+                        return true;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
                         Some(Poll::Ready(Ok(()))) => {}

@@ -72,8 +72,8 @@ pub(crate) struct SendQueue {
     data: usize,
     /// The mesh's total, which `data` is part of.
     total: Total,
-    /// Data frames wait behind a handshake frame not queued yet (a keyed connection before
-    /// our proof): only the hello may be written.
+    /// Data frames wait for the handshake (a keyed connection before the peer's proof is
+    /// verified): only the hello and our proof may be written.
     held: bool,
 }
 
@@ -97,7 +97,7 @@ impl SendQueue {
         }
     }
 
-    /// Holds data frames back until [`SendQueue::release`].
+    /// Holds data frames back until [`SendQueue::release`]; handshake frames still go.
     pub(crate) fn hold(&mut self) {
         self.held = true;
     }
@@ -107,9 +107,14 @@ impl SendQueue {
         self.held
     }
 
-    /// Queues a handshake frame (the proof) after the hello and before every data frame, and
-    /// lets the data frames go. No data byte has been written: they were held.
-    pub(crate) fn release(&mut self, frame: Vec<u8>) {
+    /// Lets held data frames go.
+    pub(crate) fn release(&mut self) {
+        self.held = false;
+    }
+
+    /// Queues a handshake frame (the proof) after the hello and before every data frame. No
+    /// data byte has been written: they are held.
+    pub(crate) fn push_control(&mut self, frame: Vec<u8>) {
         debug_assert!(self.held, "only a held queue takes a handshake frame");
         let at = self
             .frames
@@ -124,7 +129,6 @@ impl SendQueue {
                 hello: true,
             },
         );
-        self.held = false;
     }
 
     /// Whether bytes can be written now (some are queued and not held back).
@@ -287,10 +291,12 @@ mod tests {
         q.advance(2);
         assert_eq!(q.front(), None, "data is held");
         assert!(!q.is_writable() && !q.is_empty());
-        q.release(vec![9; 5]);
+        q.push_control(vec![9; 5]);
         assert_eq!(q.front(), Some(&[9u8; 5][..]));
         assert_eq!(q.data_frames(), 1);
         q.advance(5);
+        assert_eq!(q.front(), None, "data waits for the peer's proof");
+        q.release();
         assert_eq!(q.front(), Some(&[2u8; 3][..]));
         assert_eq!(q.bytes(), 3);
     }

@@ -97,7 +97,8 @@ impl State {
                 self.auth_failed(token, now, "its hello is another cluster's", None);
             }
             (Some(auth), Some(_)) => {
-                // Our proof goes out now, ahead of any data frame; theirs must come next.
+                // Our proof goes out now, ahead of any data frame; theirs must come next, and
+                // our data frames wait for it.
                 let keys = auth.keys.clone();
                 let Some(conn) = self.conns.get_mut(&token) else {
                     return;
@@ -111,7 +112,7 @@ impl State {
                     return;
                 };
                 conn.queue
-                    .release(frame::encode_proof(&keys.prove(&transcript)));
+                    .push_control(frame::encode_proof(&keys.prove(&transcript)));
                 debug!(%peer, outbound, "hello received; proving the cluster key");
                 self.schedule(token);
             }
@@ -144,6 +145,8 @@ impl State {
             Ok(()) => {
                 conn.handshake = None;
                 conn.last_rx = Some(now);
+                conn.queue.release();
+                self.schedule(token);
                 self.greeted(token, hello, now);
             }
             Err(ProofError::UnknownKey(theirs)) => {
@@ -208,14 +211,13 @@ impl State {
         if let Some(addr) = conn.dialled {
             self.backoff(addr, now);
         }
-        // FIN now (our proof, if any, went out before it), then read to the peer's FIN within
-        // close_timeout: closing with its bytes unread would reset the connection, and the
-        // peer could lose our proof, and with it the reason.
+        // FIN now (our proof, if any, went out before it), then read to the peer's FIN, within
+        // close_timeout and 64 KiB: closing with its bytes unread would reset the connection,
+        // and the peer could lose our proof, and with it the reason. A peer that sends more
+        // (one that follows the handshake holds its data until our proof verifies) is reset.
         let _ = conn.queue.take_unsent();
-        if !conn.queue.is_held() {
-            // Our hello and proof: a few dozen bytes the kernel takes (an error shows later).
-            let _ = conn.flush(None);
-        }
+        // Our hello and proof: a few dozen bytes the kernel takes (an error shows later).
+        let _ = conn.flush(None);
         conn.keys.clear();
         conn.handshake = None;
         conn.shutdown_write();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use conclave_lock_api::wire::MAX_PACKET_LEN;
 use thiserror::Error;
 
-use crate::frame::{HEADER_LEN, MAX_HELLO_FRAME};
+use crate::frame::{HEADER_LEN, MAX_HANDSHAKE_BYTES};
 
 /// The smallest [`TcpConfig::max_frame`] accepted, in bytes.
 pub const MIN_FRAME: usize = 512;
@@ -35,7 +35,7 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 /// ([`TcpStats::queued_bytes`](crate::TcpStats::queued_bytes)) above it is dropped too
 /// ([`TcpStats::dropped_budget`](crate::TcpStats::dropped_budget)), so the mesh's memory is
 /// bounded by `max_queued_bytes` plus one receive buffer (at most `max_frame + 4` bytes) and
-/// one hello (at most 44 bytes) per connection, however many connections are open. The
+/// one hello and proof (at most 96 bytes) per connection, however many connections are open. The
 /// reliable layer of `conclave-protocol` retransmits what matters.
 ///
 /// # Connection limits and idle connections
@@ -57,8 +57,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 ///     ..TcpConfig::loopback()
 /// };
 /// assert!(config.validate().is_ok());
-/// // One whole frame and its prefix behind the longest hello.
-/// assert_eq!(config.min_send_queue_bytes(), config.max_frame + 44);
+/// // One whole frame and its prefix behind the longest hello and a proof.
+/// assert_eq!(config.min_send_queue_bytes(), config.max_frame + 100);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -78,7 +78,7 @@ pub struct TcpConfig {
     /// ([`MAX_PACKET_LEN`]); default 65,535. Every member of a cluster should use the same value.
     pub max_frame: usize,
     /// The bytes (frames and their 4-byte prefixes) queued for one member before new frames to
-    /// it are dropped. At least [`TcpConfig::min_send_queue_bytes`], `max_frame + 44` (one
+    /// it are dropped. At least [`TcpConfig::min_send_queue_bytes`], `max_frame + 100` (one
     /// frame and its prefix behind the longest hello); default 4 MiB. Larger rides out longer
     /// stalls of a slow member at the cost of memory; [`TcpConfig::max_queued_bytes`] bounds
     /// all queues together.
@@ -150,11 +150,11 @@ impl TcpConfig {
     }
 
     /// The smallest [`TcpConfig::send_queue_bytes`] and [`TcpConfig::max_queued_bytes`]
-    /// allowed with this `max_frame`: one whole frame behind a hello always fits.
+    /// allowed with this `max_frame`: one whole frame behind a hello (and a proof) always fits.
     pub fn min_send_queue_bytes(&self) -> usize {
         self.max_frame
             .saturating_add(HEADER_LEN)
-            .saturating_add(MAX_HELLO_FRAME)
+            .saturating_add(MAX_HANDSHAKE_BYTES)
     }
 
     /// Checks the settings.
@@ -378,7 +378,7 @@ mod tests {
         // The minimum follows max_frame; a budget below send_queue_bytes is fine.
         let c = TcpConfig {
             max_frame: MIN_FRAME,
-            max_queued_bytes: MIN_FRAME + 44,
+            max_queued_bytes: MIN_FRAME + 100,
             ..base.clone()
         };
         assert_eq!(c.validate(), Ok(()));

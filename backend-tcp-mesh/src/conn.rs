@@ -26,6 +26,9 @@ use crate::queue::{SendQueue, Total};
 
 /// Reads and writes attempted per call before yielding to other connections.
 const IO_BUDGET: usize = 64;
+/// The most bytes read and dropped from a connection closed for failing authentication
+/// before it is reset (a peer that follows the handshake sends a few dozen).
+const REJECTED_READ_MAX: usize = 64 * 1024;
 
 /// Idle time before the first keepalive probe.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -107,6 +110,34 @@ pub(crate) enum Received {
     TooLong(u64),
 }
 
+/// Where a keyed connection's handshake stands (until the peer's proof is verified).
+#[derive(Debug)]
+pub(crate) struct Handshake {
+    /// Our hello's payload, as sent.
+    pub(crate) ours: Vec<u8>,
+    /// The peer's hello, parsed and as received, once in.
+    pub(crate) theirs: Option<(frame::Hello, Vec<u8>)>,
+}
+
+impl Handshake {
+    /// The transcript a proof by the initiator (`initiator_proves`) or the responder covers:
+    /// the initiator's hello, the responder's hello, then the prover's role (`0` for the
+    /// initiator, `1` for the responder). `None` before the peer's hello.
+    pub(crate) fn transcript(&self, outbound: bool, initiator_proves: bool) -> Option<Vec<u8>> {
+        let (_, theirs) = self.theirs.as_ref()?;
+        let (initiator, responder) = if outbound {
+            (&self.ours, theirs)
+        } else {
+            (theirs, &self.ours)
+        };
+        let mut transcript = Vec::with_capacity(initiator.len() + responder.len() + 1);
+        transcript.extend_from_slice(initiator);
+        transcript.extend_from_slice(responder);
+        transcript.push(u8::from(!initiator_proves));
+        Some(transcript)
+    }
+}
+
 /// One connection of the mesh.
 pub(crate) struct Conn {
     link: Link,
@@ -122,12 +153,21 @@ pub(crate) struct Conn {
     /// The member addresses whose frames go on this connection (see `Peer::conn`): the
     /// address dialled, the hello's, or both when they differ (the dialled one is an alias).
     pub(crate) keys: Vec<SocketAddr>,
-    /// The peer's listen address and instance, from its hello.
+    /// The peer's listen address and instance, from its hello; on a keyed mesh, set only once
+    /// the peer proved the key.
     pub(crate) hello: Option<frame::Hello>,
+    /// The handshake of a keyed connection not yet authenticated (`None` on a mesh without a
+    /// key, and once the peer's proof is verified).
+    pub(crate) handshake: Option<Handshake>,
     /// When the peer's hello or last frame arrived (the idle timeout counts from it).
     pub(crate) last_rx: Option<Instant>,
     /// A duplicate (or a member's connection at close): flush, send FIN, read to EOF, drop.
     pub(crate) draining: bool,
+    /// Closed for failing authentication: FIN sent, what comes is read and dropped until the
+    /// peer's FIN (so the peer reads our proof before the close, and no reset cuts it off).
+    pub(crate) rejected: bool,
+    /// Bytes dropped since the rejection.
+    discarded: usize,
     /// We sent FIN.
     pub(crate) write_shut: bool,
     /// The peer sent FIN.
@@ -234,8 +274,11 @@ impl Conn {
             peer_ip,
             keys: Vec::new(),
             hello: None,
+            handshake: None,
             last_rx: None,
             draining: false,
+            rejected: false,
+            discarded: 0,
             write_shut: false,
             read_eof: false,
             deadline,
@@ -285,7 +328,7 @@ impl Conn {
     pub(crate) fn waits_for(&self) -> (bool, bool) {
         match &self.link {
             Link::Dialing(_) => (false, true),
-            Link::Up(_) => (!self.read_eof, !self.write_shut && !self.queue.is_empty()),
+            Link::Up(_) => (!self.read_eof, !self.write_shut && self.queue.is_writable()),
         }
     }
 
@@ -359,7 +402,7 @@ impl Conn {
         let frame = frame::encode(payload);
         let was_empty = self.queue.is_empty();
         let written = match &self.link {
-            Link::Up(stream) if was_empty && !self.write_shut => {
+            Link::Up(stream) if was_empty && !self.write_shut && !self.queue.is_held() => {
                 match stream.get_ref().write(&frame) {
                     Ok(n) if n == frame.len() => return Ok(Sent::Written),
                     Ok(n) => n,
@@ -370,11 +413,13 @@ impl Conn {
             _ => 0,
         };
         self.queue.push(frame, written);
-        Ok(if was_empty && !self.is_dialing() {
-            Sent::QueuedFirst
-        } else {
-            Sent::Queued
-        })
+        Ok(
+            if was_empty && !self.is_dialing() && !self.queue.is_held() {
+                Sent::QueuedFirst
+            } else {
+                Sent::Queued
+            },
+        )
     }
 
     /// Queues a whole encoded frame moved from a duplicate connection (and already taken out
@@ -393,7 +438,8 @@ impl Conn {
 
     /// Writes queued bytes until the queue is empty (`Ok(true)`) or the socket is full
     /// (`Ok(false)`, writability registered if there is `cx`). A dialling connection writes
-    /// nothing.
+    /// nothing; nor is a held data frame written (`Ok(false)`, nothing registered: the proof
+    /// that releases it schedules the connection).
     ///
     /// # Errors
     /// The socket failed; the connection is broken.
@@ -403,7 +449,7 @@ impl Conn {
         };
         for _ in 0..IO_BUDGET {
             let Some(bytes) = self.queue.front() else {
-                return Ok(true);
+                return Ok(self.queue.is_empty());
             };
             match stream.get_ref().write(bytes) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -476,6 +522,43 @@ impl Conn {
             self.read_eof = true;
         }
         Ok(received)
+    }
+
+    /// Reads and drops what the peer sends, registering readability (if there is `cx`) when
+    /// nothing more is waiting. Returns whether to close now: the stream ended (the peer's
+    /// FIN, or an error) or more than [`REJECTED_READ_MAX`] bytes came.
+    pub(crate) fn discard_until_eof(&mut self, mut cx: Option<&mut Context<'_>>) -> bool {
+        let Link::Up(stream) = &self.link else {
+            return true;
+        };
+        let mut scratch = [0u8; 4096];
+        for _ in 0..IO_BUDGET {
+            match stream.get_ref().read(&mut scratch) {
+                Ok(0) => {
+                    self.read_eof = true;
+                    return true;
+                }
+                Ok(n) => {
+                    self.discarded += n;
+                    if self.discarded > REJECTED_READ_MAX {
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    match cx.as_deref_mut().map(|cx| stream.poll_readable(cx)) {
+                        Some(Poll::Ready(Ok(()))) => {}
+                        Some(Poll::Ready(Err(_))) => return true,
+                        Some(Poll::Pending) | None => return false,
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+        if let Some(cx) = cx {
+            cx.waker().wake_by_ref();
+        }
+        false
     }
 
     /// Reads and drops whatever the peer sent that is waiting, so closing the socket sends FIN
@@ -695,6 +778,7 @@ mod tests {
         Hello {
             instance: 1,
             addr: "127.0.0.1:7800".parse().unwrap(),
+            seal: None,
         }
         .encode()
     }

@@ -6,26 +6,47 @@
 //! (20 bytes), or family byte `6` with 16 address bytes, a 2-byte port and a 4-byte scope id
 //! (36 bytes). The address must be one a member can be dialled at: not unspecified, not
 //! multicast or broadcast, and not port 0.
+//!
+//! A mesh with a cluster key speaks version [`VERSION_SEALED`]: the same hello, then the
+//! 8-byte cluster id, the 4-byte id of the sender's primary key and a fresh 16-byte random
+//! challenge (28 bytes more). After the hellos each side sends one proof frame: `b"CNCA"`, the
+//! 4-byte key id and the 16-byte tag of a [`HandshakeProof`] (24 bytes).
 
 use std::io::{self, Read};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
+use conclave_lock_api::seal::{HandshakeProof, KeyId, PROOF_TAG_LEN};
+use conclave_lock_api::wire::ClusterId;
 use thiserror::Error;
 
 /// The length prefix of every frame, in bytes.
 pub(crate) const HEADER_LEN: usize = 4;
 /// The first bytes of every hello payload.
 pub(crate) const MAGIC: [u8; 4] = *b"CNCL";
-/// The version of the connection format this crate speaks.
+/// The version of the connection format a mesh without a cluster key speaks.
 pub(crate) const VERSION: u8 = 1;
+/// The version of the connection format a mesh with a cluster key speaks.
+pub(crate) const VERSION_SEALED: u8 = 2;
 /// Hello payload length with an IPv4 listen address.
 const HELLO_V4_LEN: usize = 4 + 1 + 8 + 1 + 4 + 2;
 /// Hello payload length with an IPv6 listen address.
 const HELLO_V6_LEN: usize = 4 + 1 + 8 + 1 + 16 + 2 + 4;
-/// The longest hello payload: a first frame announcing more is rejected unread.
-pub(crate) const MAX_HELLO: usize = HELLO_V6_LEN;
+/// What a sealed hello adds: cluster id, key id, challenge.
+const SEAL_LEN: usize = 8 + 4 + CHALLENGE_LEN;
+/// The length of a sealed hello's random challenge.
+pub(crate) const CHALLENGE_LEN: usize = 16;
+/// The first bytes of a proof frame's payload.
+pub(crate) const PROOF_MAGIC: [u8; 4] = *b"CNCA";
+/// A proof frame's payload length.
+const PROOF_LEN: usize = 4 + 4 + PROOF_TAG_LEN;
+/// The longest hello payload: a first frame announcing more is rejected unread. It is also the
+/// limit of every frame before the handshake is over (a proof is shorter).
+pub(crate) const MAX_HELLO: usize = HELLO_V6_LEN + SEAL_LEN;
 /// The longest hello frame, prefix included.
 pub(crate) const MAX_HELLO_FRAME: usize = HEADER_LEN + MAX_HELLO;
+/// The most handshake bytes a connection queues ahead of its data: the longest hello frame
+/// and, on a keyed mesh, the proof frame.
+pub(crate) const MAX_HANDSHAKE_BYTES: usize = MAX_HELLO_FRAME + HEADER_LEN + PROOF_LEN;
 /// The least a read asks the kernel for once the hello is in, so small frames arrive in batches.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -47,6 +68,19 @@ pub(crate) struct Hello {
     pub(crate) instance: u64,
     /// The sender's listen address.
     pub(crate) addr: SocketAddr,
+    /// What a mesh with a cluster key adds (version [`VERSION_SEALED`]).
+    pub(crate) seal: Option<HelloSeal>,
+}
+
+/// The part of a hello only a mesh with a cluster key sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HelloSeal {
+    /// The sender's cluster.
+    pub(crate) cluster: ClusterId,
+    /// The sender's primary key id (public, as in every sealed packet).
+    pub(crate) key: KeyId,
+    /// Fresh random bytes: the proof the sender expects covers them.
+    pub(crate) challenge: [u8; CHALLENGE_LEN],
 }
 
 /// Why a hello was rejected.
@@ -69,9 +103,18 @@ pub(crate) enum HelloError {
 impl Hello {
     /// The hello as a whole frame, prefix included.
     pub(crate) fn encode(&self) -> Vec<u8> {
+        encode(&self.payload())
+    }
+
+    /// The hello's payload, without its prefix: what a handshake's transcript holds.
+    pub(crate) fn payload(&self) -> Vec<u8> {
         let mut payload = Vec::with_capacity(MAX_HELLO);
         payload.extend_from_slice(&MAGIC);
-        payload.push(VERSION);
+        payload.push(if self.seal.is_some() {
+            VERSION_SEALED
+        } else {
+            VERSION
+        });
         payload.extend_from_slice(&self.instance.to_be_bytes());
         match self.addr {
             SocketAddr::V4(a) => {
@@ -86,7 +129,12 @@ impl Hello {
                 payload.extend_from_slice(&a.scope_id().to_be_bytes());
             }
         }
-        encode(&payload)
+        if let Some(seal) = &self.seal {
+            payload.extend_from_slice(&seal.cluster.0.to_be_bytes());
+            payload.extend_from_slice(&seal.key.0.to_be_bytes());
+            payload.extend_from_slice(&seal.challenge);
+        }
+        payload
     }
 
     /// Parses a hello payload (without its prefix).
@@ -94,9 +142,26 @@ impl Hello {
         if payload.len() < 5 || payload[..4] != MAGIC {
             return Err(HelloError::Magic);
         }
-        if payload[4] != VERSION {
-            return Err(HelloError::Version(payload[4]));
-        }
+        let (payload, seal) = match payload[4] {
+            VERSION => (payload, None),
+            VERSION_SEALED => {
+                let at = payload
+                    .len()
+                    .checked_sub(SEAL_LEN)
+                    .ok_or(HelloError::Malformed)?;
+                let (payload, seal) = payload.split_at(at);
+                let (cluster, rest) = split::<8>(seal).ok_or(HelloError::Malformed)?;
+                let (key, rest) = split::<4>(rest).ok_or(HelloError::Malformed)?;
+                let (challenge, _) = split::<CHALLENGE_LEN>(rest).ok_or(HelloError::Malformed)?;
+                let seal = HelloSeal {
+                    cluster: ClusterId(u64::from_be_bytes(cluster)),
+                    key: KeyId(u32::from_be_bytes(key)),
+                    challenge,
+                };
+                (payload, Some(seal))
+            }
+            other => return Err(HelloError::Version(other)),
+        };
         let (instance, rest) = split::<8>(&payload[5..]).ok_or(HelloError::Malformed)?;
         let instance = u64::from_be_bytes(instance);
         let addr = match (payload.len(), rest.first()) {
@@ -124,8 +189,34 @@ impl Hello {
         if !dialable(addr) {
             return Err(HelloError::Address(addr));
         }
-        Ok(Self { instance, addr })
+        Ok(Self {
+            instance,
+            addr,
+            seal,
+        })
     }
+}
+
+/// A proof frame, prefix included.
+pub(crate) fn encode_proof(proof: &HandshakeProof) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(PROOF_LEN);
+    payload.extend_from_slice(&PROOF_MAGIC);
+    payload.extend_from_slice(&proof.key.0.to_be_bytes());
+    payload.extend_from_slice(&proof.tag);
+    encode(&payload)
+}
+
+/// Parses a proof frame's payload; `None` if it is not one.
+pub(crate) fn decode_proof(payload: &[u8]) -> Option<HandshakeProof> {
+    if payload.len() != PROOF_LEN || payload[..4] != PROOF_MAGIC {
+        return None;
+    }
+    let (key, rest) = split::<4>(&payload[4..])?;
+    let (tag, _) = split::<PROOF_TAG_LEN>(rest)?;
+    Some(HandshakeProof {
+        key: KeyId(u32::from_be_bytes(key)),
+        tag,
+    })
 }
 
 /// Whether `addr` can be a member's listen address: a unicast IP that is not unspecified, and
@@ -254,11 +345,20 @@ mod tests {
     }
 
     #[test]
-    fn hellos_round_trip_for_both_families() {
-        for addr in ["127.0.0.1:7800", "[::1]:7801", "[fe80::1%3]:9"] {
+    fn hellos_round_trip_for_both_families_and_versions() {
+        let seal = HelloSeal {
+            cluster: ClusterId(0x1122_3344_5566_7788),
+            key: KeyId(0xdead_beef),
+            challenge: [9; CHALLENGE_LEN],
+        };
+        for (addr, seal) in ["127.0.0.1:7800", "[::1]:7801", "[fe80::1%3]:9"]
+            .into_iter()
+            .flat_map(|a| [(a, None), (a, Some(seal))])
+        {
             let hello = Hello {
                 instance: 0x0102_0304_0506_0708,
                 addr: addr.parse().unwrap(),
+                seal,
             };
             let frame = hello.encode();
             assert!(frame.len() <= MAX_HELLO_FRAME);
@@ -276,6 +376,7 @@ mod tests {
         let hello = Hello {
             instance: 7,
             addr: "127.0.0.1:1".parse().unwrap(),
+            seal: None,
         };
         let payload = hello.encode()[HEADER_LEN..].to_vec();
         let mut bad = payload.clone();
@@ -307,13 +408,37 @@ mod tests {
             "[::ffff:239.1.2.3]:7800",
         ] {
             let addr: SocketAddr = addr.parse().unwrap();
-            let payload = Hello { instance: 1, addr }.encode()[HEADER_LEN..].to_vec();
+            let payload = Hello {
+                instance: 1,
+                addr,
+                seal: None,
+            }
+            .encode()[HEADER_LEN..]
+                .to_vec();
             assert_eq!(
                 Hello::decode(&payload),
                 Err(HelloError::Address(addr)),
                 "{addr}"
             );
         }
+    }
+
+    #[test]
+    fn proofs_round_trip_and_fit_before_the_handshake() {
+        let proof = HandshakeProof {
+            key: KeyId(7),
+            tag: [3; PROOF_TAG_LEN],
+        };
+        let frame = encode_proof(&proof);
+        assert!(frame.len() - HEADER_LEN <= MAX_HELLO);
+        assert_eq!(decode_proof(&frame[HEADER_LEN..]), Some(proof));
+        assert_eq!(decode_proof(&frame[HEADER_LEN + 1..]), None);
+        let hello = Hello {
+            instance: 1,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            seal: None,
+        };
+        assert_eq!(decode_proof(&hello.payload()), None);
     }
 
     #[test]

@@ -23,18 +23,45 @@ pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
     frame::encode(payload)
 }
 
-/// The hello frame (prefix included) announcing `instance` listening at `addr`.
+/// The hello frame (prefix included) of a mesh without a key announcing `instance` listening
+/// at `addr`.
 pub fn encode_hello(instance: u64, addr: SocketAddr) -> Vec<u8> {
-    frame::Hello { instance, addr }.encode()
+    frame::Hello {
+        instance,
+        addr,
+        seal: None,
+    }
+    .encode()
 }
 
-/// Parses a hello payload (without its prefix) into its instance id and listen address.
+/// A decoded hello (of either version).
+#[derive(Debug)]
+pub struct DecodedHello(frame::Hello);
+
+impl DecodedHello {
+    /// The sender's instance id.
+    pub fn instance(&self) -> u64 {
+        self.0.instance
+    }
+
+    /// The sender's listen address.
+    pub fn addr(&self) -> SocketAddr {
+        self.0.addr
+    }
+
+    /// The hello as a frame again, prefix included.
+    pub fn encode(&self) -> Vec<u8> {
+        self.0.encode()
+    }
+}
+
+/// Parses a hello payload (without its prefix).
 ///
 /// # Errors
 /// Why the hello was rejected, as the connection would log it.
-pub fn decode_hello(payload: &[u8]) -> Result<(u64, SocketAddr), String> {
+pub fn decode_hello(payload: &[u8]) -> Result<DecodedHello, String> {
     frame::Hello::decode(payload)
-        .map(|hello| (hello.instance, hello.addr))
+        .map(DecodedHello)
         .map_err(|error| error.to_string())
 }
 

@@ -34,6 +34,31 @@
 //! [Trust](#trust)). What follows the hello is delivered as is: foreign bytes on a valid
 //! connection are the protocol's to reject.
 //!
+//! With a cluster key (the node builder passes its keyring to the mesh through
+//! [`Transport::use_keyring`](conclave_lock_api::Transport::use_keyring)) the hello is version
+//! `2`: the same fields, then the 8-byte cluster id, the 4-byte id of the sender's primary key
+//! and 16 fresh random bytes, a challenge drawn for this connection. Once a side has both
+//! hellos it sends a **proof** frame: `b"CNCA"`, a key id and a 16-byte tag of
+//! [`Keyring::prove`](conclave_lock_api::seal::Keyring::prove) over the transcript — the
+//! dialler's hello payload ‖ the accepter's hello payload ‖ one byte naming the prover (`0`
+//! the dialler, `1` the accepter). The tag is HKDF-SHA256-Expand of the cluster key (HMAC-SHA256
+//! under the extracted key) with info `"conclave tcp hello v1"` ‖ transcript, truncated to 16
+//! bytes: only a holder of the key makes it, and the other side's fresh challenge makes it
+//! worthless on any other connection. The peer's proof must be the next frame and must verify
+//! with an installed key ([`Keyring::verify`](conclave_lock_api::seal::Keyring::verify),
+//! compared in constant time); until it does, the connection is not registered under the
+//! hello's address, delivers nothing, and neither displaces nor blocks any other connection,
+//! and our own data frames wait behind our proof. A connection whose peer sends a version-1
+//! hello (it has no key), another cluster's hello, a proof that fails, or none within
+//! [`TcpConfig::handshake_timeout`] is closed, counted in [`TcpStats::auth_failures`] and
+//! logged at most every 5 s (`TCP peer X failed authentication (key id N)`). A mesh without a
+//! key refuses a version-2 hello alike. When the peer holds another key, or none (or we do
+//! not), the mesh also delivers a rejection notice of the seal layer
+//! ([`Notice`](conclave_lock_api::seal::Notice), `from` the peer's hello address; at most 64
+//! wait) so the node's join fails with an authentication error naming both key ids. A
+//! refused connection gets FIN after our hello and proof, and is read (and dropped) to the
+//! peer's FIN, for at most 64 KiB and `close_timeout`, so the peer reads why before the close.
+//!
 //! # Connections
 //! - One connection per member pair, with `TCP_NODELAY` and TCP keepalive (first probe after
 //!   10 s idle, then every 5 s, reset after 3 unanswered, where the system lets us set those;
@@ -70,18 +95,27 @@
 //!   (default 60 s; members send to each other far more often) is closed; the member dials
 //!   again when it next sends.
 //! - Memory is bounded: per connection, one receive buffer of at most `max_frame + 4` bytes,
-//!   its hello (at most 44 bytes) and a send queue of at most
+//!   its hello and proof (at most 96 bytes) and a send queue of at most
 //!   [`TcpConfig::send_queue_bytes`]; over all connections together, the send queues hold at
 //!   most [`TcpConfig::max_queued_bytes`] (see [Slow peers](#slow-peers)).
 //!
 //! # Trust
-//! The mesh does not authenticate members: a hello is taken at its word, as a UDP backend
-//! takes a datagram's source address. Whoever can open a TCP connection to a member can send
-//! it frames under any listen address at its own IP, and the protocol treats them as it treats
-//! any other frames. Run the mesh on a network you trust, or between hosts joined by a secure
-//! tunnel (WireGuard, IPsec).
+//! With a cluster key, every connection is authenticated by its handshake (above): a
+//! connection is registered in a member's name, delivers frames, and competes with other
+//! connections only after its peer proved it holds a key of the cluster, and every frame it
+//! then carries is sealed as well. A process that cannot prove the key gets nowhere, even from
+//! the member's own IP: it cannot hold a member's connection slot, so it cannot cut the
+//! member off. What remains is what no key prevents: anyone on the path can drop, delay or cut
+//! the traffic, and anyone can open connections (each closed within the handshake timeout,
+//! within [`TcpConfig::max_connections`]).
 //!
-//! Two checks keep one host from taking over another's traffic. An inbound connection's hello
+//! Without a key, the mesh does not authenticate members: a hello is taken at its word, as a
+//! UDP backend takes a datagram's source address. Whoever can open a TCP connection to a
+//! member can send it frames under any listen address at its own IP, and the protocol treats
+//! them as it treats any other frames. Give the cluster a key, run the mesh on a network you
+//! trust, or between hosts joined by a secure tunnel (WireGuard, IPsec).
+//!
+//! With or without a key, two checks keep one host from taking over another's traffic. An inbound connection's hello
 //! must name the IP the connection comes from (only the IP: the connection comes from an
 //! ephemeral port), and a live, established connection is never displaced by a newcomer
 //! claiming its member under another instance id (only the simultaneous-connect rule above
@@ -89,9 +123,10 @@
 //! connections). So a host cannot divert to itself the frames meant for a member at another IP
 //! without spoofing that IP, which TCP's handshake makes hard off the path.
 //!
-//! The checks do not stop a process on the same host, or behind the same NAT address, from
-//! claiming a member at that IP that has no live connection (one that is down, for instance),
-//! nor anyone on the path from reading or altering frames. An outbound connection goes where
+//! Without a key, the checks do not stop a process on the same host, or behind the same NAT
+//! address, from claiming a member at that IP — one that has no live connection, or, by
+//! connecting first, one that is about to connect (which is then refused: cut off) — nor
+//! anyone on the path from reading or altering frames. An outbound connection goes where
 //! we dialled, so its hello is not checked against the IP dialled (a port forward to a seed
 //! works); the alias so learned never displaces a live connection of another instance. Members
 //! behind source NAT fail the check, their connections coming from another IP than the one

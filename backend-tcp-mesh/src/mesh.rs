@@ -17,6 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_io::{Async, Timer};
 use async_trait::async_trait;
+use conclave_lock_api::seal::Keyring;
+use conclave_lock_api::wire::ClusterId;
 #[cfg(unix)]
 use conclave_lock_api::BlockingRecv;
 use conclave_lock_api::{Datagram, Transport};
@@ -233,6 +235,15 @@ impl Transport for TcpMesh {
         }
         self.lock().finish_close();
         debug!(local = %self.local, "TCP mesh closed");
+    }
+
+    /// Makes every connection prove a key of `keys` before it is trusted: see
+    /// [Trust](crate#trust). Call it before the first send or receive (the node builder
+    /// does); connections already open are closed. Keep using the keyring handle to rotate
+    /// keys: the mesh reads it on every handshake.
+    fn use_keyring(&self, cluster: ClusterId, keys: &Keyring, session: [u8; 16]) {
+        self.lock().use_keyring(cluster, keys.clone(), session);
+        self.bell.notify();
     }
 }
 

@@ -72,6 +72,9 @@ pub(crate) struct SendQueue {
     data: usize,
     /// The mesh's total, which `data` is part of.
     total: Total,
+    /// Data frames wait for the handshake (a keyed connection before the peer's proof is
+    /// verified): only the hello and our proof may be written.
+    held: bool,
 }
 
 impl Drop for SendQueue {
@@ -90,7 +93,47 @@ impl SendQueue {
             bytes: 0,
             data: 0,
             total,
+            held: false,
         }
+    }
+
+    /// Holds data frames back until [`SendQueue::release`]; handshake frames still go.
+    pub(crate) fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Whether data frames are held back.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held
+    }
+
+    /// Lets held data frames go.
+    pub(crate) fn release(&mut self) {
+        self.held = false;
+    }
+
+    /// Queues a handshake frame (the proof) after the hello and before every data frame. No
+    /// data byte has been written: they are held.
+    pub(crate) fn push_control(&mut self, frame: Vec<u8>) {
+        debug_assert!(self.held, "only a held queue takes a handshake frame");
+        let at = self
+            .frames
+            .iter()
+            .position(|f| !f.hello)
+            .unwrap_or(self.frames.len());
+        self.bytes += frame.len();
+        self.frames.insert(
+            at,
+            Outgoing {
+                bytes: frame,
+                hello: true,
+            },
+        );
+    }
+
+    /// Whether bytes can be written now (some are queued and not held back).
+    pub(crate) fn is_writable(&self) -> bool {
+        self.front().is_some()
     }
 
     /// Whether nothing waits.
@@ -118,7 +161,7 @@ impl SendQueue {
         self.frames.iter().filter(|f| !f.hello).count()
     }
 
-    /// Appends the connection's hello.
+    /// Appends the connection's hello (or another handshake frame).
     pub(crate) fn push_hello(&mut self, frame: Vec<u8>) {
         self.bytes += frame.len();
         self.frames.push_back(Outgoing {
@@ -145,9 +188,12 @@ impl SendQueue {
         });
     }
 
-    /// The bytes to write next.
+    /// The bytes to write next (none while only held data frames wait).
     pub(crate) fn front(&self) -> Option<&[u8]> {
-        self.frames.front().map(|f| &f.bytes[self.head..])
+        self.frames
+            .front()
+            .filter(|f| f.hello || !self.held)
+            .map(|f| &f.bytes[self.head..])
     }
 
     /// Notes that `n` bytes of [`SendQueue::front`] were written.
@@ -232,6 +278,27 @@ mod tests {
         q.advance(5);
         assert!(q.is_empty());
         assert_eq!(q.bytes(), 0);
+    }
+
+    #[test]
+    fn held_data_waits_behind_the_proof() {
+        let mut q = SendQueue::default();
+        q.hold();
+        q.push_hello(vec![1; 4]);
+        q.push(vec![2; 3], 0);
+        q.advance(2);
+        assert_eq!(q.front(), Some(&[1u8; 2][..]));
+        q.advance(2);
+        assert_eq!(q.front(), None, "data is held");
+        assert!(!q.is_writable() && !q.is_empty());
+        q.push_control(vec![9; 5]);
+        assert_eq!(q.front(), Some(&[9u8; 5][..]));
+        assert_eq!(q.data_frames(), 1);
+        q.advance(5);
+        assert_eq!(q.front(), None, "data waits for the peer's proof");
+        q.release();
+        assert_eq!(q.front(), Some(&[2u8; 3][..]));
+        assert_eq!(q.bytes(), 3);
     }
 
     #[test]

@@ -48,6 +48,11 @@ pub struct TcpStats {
     /// address that cannot be dialled, our own address, on an inbound connection an IP other
     /// than the one it comes from), a length prefix above the limit.
     pub violations: u64,
+    /// Connections closed because the peer did not prove the cluster key (a mesh with a key
+    /// only, or a keyed peer met by a mesh without one): a proof that failed, made with
+    /// another key, or not sent within the handshake timeout; a hello of the other version
+    /// (one side has a key, the other none) or of another cluster.
+    pub auth_failures: u64,
     /// Duplicate connections of one member pair wound down after a simultaneous connect.
     pub duplicates_resolved: u64,
     /// New connections claiming a member whose connection is live, not part of a

@@ -86,7 +86,7 @@ fn bad_handshakes_are_closed_and_counted() {
     // Random bytes: "GET " reads as a length far above a hello's.
     assert!(closed_after(a.addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
     // A version we do not speak.
-    assert!(closed_after(a.addr(), &hello(2, 44, claimed())));
+    assert!(closed_after(a.addr(), &hello(3, 44, claimed())));
     // A hello claiming to be the mesh itself.
     assert!(closed_after(a.addr(), &hello(1, 45, a.addr())));
     assert!(

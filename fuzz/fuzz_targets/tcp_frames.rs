@@ -46,9 +46,9 @@ fuzz_target!(|data: &[u8]| {
                 offset = start + len;
                 // A connection decodes only its first frame as a hello; every frame is tried
                 // here, for more hello-sized inputs.
-                if let Ok((instance, addr)) = fuzzing::decode_hello(&payload) {
+                if let Ok(hello) = fuzzing::decode_hello(&payload) {
                     assert_eq!(
-                        fuzzing::encode_hello(instance, addr),
+                        hello.encode(),
                         fuzzing::encode_frame(&payload),
                         "a hello round trip"
                     );

@@ -115,6 +115,23 @@ pub trait Transport: Send + Sync + 'static {
     /// The default does nothing, which suits datagram sockets: the member's leave is the
     /// protocol's business, and the socket closes when the transport is dropped.
     async fn close(&self) {}
+
+    /// Gives the transport the cluster's keys (feature `seal`), before its first send or
+    /// receive: a transport with connections of its own (the TCP mesh) then makes every peer
+    /// prove a key of the keyring before it trusts the connection, and reports a peer that
+    /// proves another key to the member (a [`crate::seal::Notice`] for `cluster`, delivered as
+    /// a datagram, naming the member's sealing `session` as a notice about its own packets
+    /// does). The node builder calls it when it is given a key. The default does nothing,
+    /// which suits datagram transports: the sealing layer above authenticates every datagram.
+    #[cfg(feature = "seal")]
+    fn use_keyring(
+        &self,
+        cluster: crate::wire::ClusterId,
+        keys: &crate::seal::Keyring,
+        session: [u8; 16],
+    ) {
+        let _ = (cluster, keys, session);
+    }
 }
 
 /// A receive that blocks its thread: see [`Transport::blocking`].

@@ -247,9 +247,12 @@ impl NodeBuilder {
         };
         let sealer = Arc::new(Sealer::new(
             ClusterId::from_name(&self.cluster),
-            keys,
+            keys.clone(),
             transport.local_addr(),
         )?);
+        if let Some(keys) = &keys {
+            transport.use_keyring(ClusterId::from_name(&self.cluster), keys, sealer.session());
+        }
         let transport: Arc<dyn Transport> =
             Arc::new(SealedTransport::new(transport, sealer.clone()));
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;

@@ -1,6 +1,7 @@
 //! What the security suite attacks with: a tap that records a member's raw traffic, and an
 //! outsider that sends raw bytes at a member over UDP or TCP.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,6 +41,7 @@ const TAP_MAX: usize = 100_000;
 pub struct Tap {
     inner: Arc<dyn Transport>,
     seen: Arc<Mutex<Vec<Tapped>>>,
+    injected: Arc<Mutex<VecDeque<Datagram>>>,
 }
 
 impl Tap {
@@ -48,7 +50,38 @@ impl Tap {
         Self {
             inner: Arc::new(inner),
             seen: Arc::default(),
+            injected: Arc::default(),
         }
+    }
+
+    /// Puts `datagrams` in the member's receive path as if they had come from `from`: what
+    /// an attacker on the path of an authenticated TCP connection can do (the mesh's
+    /// handshake keeps anyone without the key from sending frames at all). Returns how many.
+    /// Wakes a blocking receive; an async one sees them with the next datagram.
+    pub fn inject<'a>(
+        &self,
+        from: SocketAddr,
+        datagrams: impl IntoIterator<Item = &'a [u8]>,
+    ) -> usize {
+        let mut injected = self.injected.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = injected.len();
+        injected.extend(datagrams.into_iter().map(|bytes| Datagram {
+            from,
+            bytes: bytes.to_vec(),
+        }));
+        let count = injected.len() - before;
+        drop(injected);
+        if let Some(blocking) = self.inner.blocking() {
+            blocking.interrupt();
+        }
+        count
+    }
+
+    fn take_injected(&self) -> Option<Datagram> {
+        self.injected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
     }
 
     /// Everything seen so far.
@@ -92,6 +125,9 @@ impl Transport for Tap {
     }
 
     async fn recv(&self) -> io::Result<Datagram> {
+        if let Some(datagram) = self.take_injected() {
+            return Ok(datagram);
+        }
         let datagram = self.inner.recv().await?;
         self.record(Direction::Received, Some(datagram.from), &datagram.bytes);
         Ok(datagram)
@@ -104,10 +140,22 @@ impl Transport for Tap {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    fn use_keyring(
+        &self,
+        cluster: conclave::api::wire::ClusterId,
+        keys: &conclave::seal::Keyring,
+        session: [u8; 16],
+    ) {
+        self.inner.use_keyring(cluster, keys, session);
+    }
 }
 
 impl BlockingRecv for Tap {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
+        if let Some(datagram) = self.take_injected() {
+            return Ok(Some(datagram));
+        }
         let Some(inner) = self.inner.blocking() else {
             return Ok(None);
         };
@@ -119,6 +167,9 @@ impl BlockingRecv for Tap {
     }
 
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
+        if let Some(datagram) = self.take_injected() {
+            return Ok(Some(datagram));
+        }
         let Some(inner) = self.inner.blocking() else {
             return Ok(None);
         };
@@ -149,9 +200,9 @@ impl std::fmt::Debug for Tap {
 pub enum Outsider {
     /// Datagrams from a UDP socket of its own.
     Udp(UdpSocket),
-    /// Frames on TCP connections it opens, each after a well-formed hello naming its own
-    /// address (the mesh lets anyone on the member's IP connect; only the cluster key keeps
-    /// them out of the cluster).
+    /// Frames on TCP connections it opens, each after a well-formed version-1 hello naming
+    /// its own address. A mesh without a key takes them; a keyed mesh closes the connection
+    /// at the hello (no proof of the key), so none reaches the member.
     Tcp,
 }
 
@@ -226,6 +277,26 @@ pub fn hello(addr: SocketAddr) -> Vec<u8> {
     if addr.is_ipv6() {
         payload.extend_from_slice(&0u32.to_be_bytes());
     }
+    let mut frame = u32::try_from(payload.len())
+        .unwrap_or(0)
+        .to_be_bytes()
+        .to_vec();
+    frame.extend_from_slice(&payload);
+    frame
+}
+
+/// The hello of a TCP mesh with a cluster key (version 2) naming `addr` in `cluster` and
+/// `key`'s id, with a challenge: well-formed, though whoever sends it cannot prove the key.
+pub fn sealed_hello(
+    addr: SocketAddr,
+    cluster: conclave::api::wire::ClusterId,
+    key: conclave::seal::KeyId,
+) -> Vec<u8> {
+    let mut payload = hello(addr).split_off(4);
+    payload[4] = 2;
+    payload.extend_from_slice(&cluster.0.to_be_bytes());
+    payload.extend_from_slice(&key.0.to_be_bytes());
+    payload.extend_from_slice(&[0x5a; 16]);
     let mut frame = u32::try_from(payload.len())
         .unwrap_or(0)
         .to_be_bytes()

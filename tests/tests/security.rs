@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use conclave::seal::{ClusterKey, Keyring, SealStats};
 use conclave::tcp::TcpMesh;
 use conclave::udp::UdpMulticast;
 use conclave::{EndpointConfig, LockError, LockStatus, Node, NodeError};
-use conclave_tests::attacker::{Direction, Outsider, Tap};
+use conclave_tests::attacker::{sealed_hello, Direction, Outsider, Tap};
 use conclave_tests::fixtures::{agree, udp_config};
 use conclave_tests::{within, WAIT};
 
@@ -49,6 +50,34 @@ impl Cluster {
         match self.kind {
             Kind::Udp => Outsider::udp().unwrap(),
             Kind::Tcp => Outsider::tcp(),
+        }
+    }
+
+    /// Gets `packets` to the member tapped by `to`, as from `from`, the way an attacker
+    /// can: over UDP an outsider sends them; over TCP the mesh closes an outsider's connection
+    /// at the handshake (it cannot prove the key), so they are also put into the member's
+    /// receive path, as an attacker on the path of a member's authenticated connection would
+    /// inject them. Returns how many reach the sealing layer.
+    fn deliver(&self, to: &Tap, from: SocketAddr, packets: &[&[u8]]) -> usize {
+        let each: Vec<(SocketAddr, &[u8])> = packets.iter().map(|p| (from, *p)).collect();
+        self.deliver_each(to, &each)
+    }
+
+    /// As [`Cluster::deliver`], each packet as from its own address.
+    fn deliver_each(&self, to: &Tap, packets: &[(SocketAddr, &[u8])]) -> usize {
+        let sent = self
+            .outsider()
+            .send_all(
+                conclave::api::Transport::local_addr(to),
+                packets.iter().map(|(_, p)| *p),
+            )
+            .unwrap();
+        match self.kind {
+            Kind::Udp => sent,
+            Kind::Tcp => packets
+                .iter()
+                .map(|(from, packet)| to.inject(*from, [*packet]))
+                .sum(),
         }
     }
 
@@ -163,7 +192,16 @@ async fn outsider_without_key_cannot_join(kind: Kind) {
     assert_refused(result, None, Some(key(1).id()));
     let view = members[0].0.view().unwrap();
     assert_eq!(view.len(), 2, "{view:?}");
-    assert!(members.iter().any(|(n, _)| stats(n).key_mismatch > 0));
+    match kind {
+        Kind::Udp => assert!(members.iter().any(|(n, _)| stats(n).key_mismatch > 0)),
+        // The mesh refused the outsider's hello (version 1: no key) and told its member.
+        Kind::Tcp => {
+            counted(&members[0].0, "the handshake's notice", |s| {
+                s.notices_received > 0
+            })
+            .await;
+        }
+    }
     for (node, _) in members {
         assert_eq!(stats(&node).failed_authentication, 0);
         node.leave().await;
@@ -181,9 +219,18 @@ async fn wrong_key_cannot_join(kind: Kind) {
         .await;
     assert_refused(result, Some(key(2).id()), Some(key(1).id()));
     assert_eq!(members[0].0.view().unwrap().len(), 2);
-    assert!(members
-        .iter()
-        .any(|(n, _)| stats(n).failed_authentication > 0));
+    match kind {
+        Kind::Udp => assert!(members
+            .iter()
+            .any(|(n, _)| stats(n).failed_authentication > 0)),
+        // The mesh refused the intruder's proof (another key) and told its member.
+        Kind::Tcp => {
+            counted(&members[0].0, "the handshake's notice", |s| {
+                s.notices_received > 0
+            })
+            .await;
+        }
+    }
     // The members still lock among themselves.
     let guard = members[1].0.mutex("after").unwrap().lock().await.unwrap();
     guard.unlock().await.unwrap();
@@ -209,7 +256,7 @@ async fn forged_unlocks_are_dropped(kind: Kind) {
     let mut cluster = Cluster::new(kind, "forged");
     let ring = Keyring::new(key(4));
     let members = cluster.start(3, &ring).await;
-    let (grantor, _) = &members[0];
+    let (grantor, grantor_tap) = &members[0];
     let (holder, holder_tap) = &members[1];
     let (other, _) = &members[2];
     let mutex = holder.mutex("forged").unwrap();
@@ -239,10 +286,8 @@ async fn forged_unlocks_are_dropped(kind: Kind) {
         forged.push(bent);
     }
     let before = stats(grantor);
-    let sent = cluster
-        .outsider()
-        .send_all(grantor.member_id().addr(), forged.iter().map(Vec::as_slice))
-        .unwrap();
+    let forged: Vec<&[u8]> = forged.iter().map(Vec::as_slice).collect();
+    let sent = cluster.deliver(grantor_tap, holder.member_id().addr(), &forged);
     counted(grantor, "forged packets counted", |s| {
         s.failed_authentication >= before.failed_authentication + sent as u64
     })
@@ -254,10 +299,8 @@ async fn forged_unlocks_are_dropped(kind: Kind) {
         to_grantor[0][..40].to_vec(),
         b"CNCL\x03garbage-garbage".to_vec(),
     ];
-    cluster
-        .outsider()
-        .send_all(grantor.member_id().addr(), junk.iter().map(Vec::as_slice))
-        .unwrap();
+    let junk: Vec<&[u8]> = junk.iter().map(Vec::as_slice).collect();
+    cluster.deliver(grantor_tap, holder.member_id().addr(), &junk);
     // The lock is still the holder's.
     assert_eq!(guard.status(), LockStatus::Held);
     assert!(matches!(
@@ -288,7 +331,7 @@ async fn replayed_grants_and_unlocks_are_dropped(kind: Kind) {
     let mut cluster = Cluster::new(kind, "replay");
     let ring = Keyring::new(key(5));
     let members = cluster.start(3, &ring).await;
-    let (grantor, _) = &members[0];
+    let (grantor, grantor_tap) = &members[0];
     let (old, old_tap) = &members[1];
     let (new, _) = &members[2];
     for _ in 0..2 {
@@ -302,16 +345,15 @@ async fn replayed_grants_and_unlocks_are_dropped(kind: Kind) {
         .filter(|t| t.direction == Direction::Sent && t.peer == Some(grantor.member_id().addr()))
         .map(|t| t.bytes.as_slice())
         .collect();
-    let received: Vec<&[u8]> = recorded
+    let received: Vec<(SocketAddr, &[u8])> = recorded
         .iter()
         .filter(|t| t.direction == Direction::Received)
-        .map(|t| t.bytes.as_slice())
+        .filter_map(|t| Some((t.peer?, t.bytes.as_slice())))
         .collect();
     assert!(!sent.is_empty() && !received.is_empty());
     let (grantor_before, old_before) = (stats(grantor), stats(old));
-    let outsider = cluster.outsider();
-    let to_grantor = outsider.send_all(grantor.member_id().addr(), sent).unwrap() as u64;
-    let to_old = outsider.send_all(old.member_id().addr(), received).unwrap() as u64;
+    let to_grantor = cluster.deliver(grantor_tap, old.member_id().addr(), &sent) as u64;
+    let to_old = cluster.deliver_each(old_tap, &received) as u64;
     let replays = |s: &SealStats| s.replayed + s.stale_session;
     counted(grantor, "replays at the grantor", |s| {
         replays(s) >= replays(&grantor_before) + to_grantor
@@ -431,12 +473,62 @@ async fn keys_rotate_while_locks_are_taken(kind: Kind) {
     }
 }
 
+/// A process on a member's IP connects first in the name of a member about to join, with a
+/// well-formed hello, and holds the connection: without the key it cannot prove it, so the
+/// mesh never registers the connection, and the real member connects and joins beside it.
+/// (Without a key the mesh takes such a hello at its word: the residual the guide names.)
+async fn a_squatter_cannot_hold_a_members_connection(kind: Kind) {
+    assert!(matches!(kind, Kind::Tcp), "an attack on the TCP mesh");
+    let mut cluster = Cluster::new(kind, "squatter");
+    let ring = Keyring::new(key(8));
+    let (first, _) = cluster.join("m0", Some(ring.clone())).await;
+    let seed = first.member_id().addr();
+    // The second member's address is known (it is in the seed list, say) before it starts.
+    let mesh = TcpMesh::loopback([seed]).unwrap();
+    let claimed = conclave::api::Transport::local_addr(&mesh);
+    let cluster_id = conclave::api::wire::ClusterId::from_name(&cluster.name);
+    let mut squatters = Vec::new();
+    for hello in [
+        sealed_hello(claimed, cluster_id, ring.primary()),
+        conclave_tests::attacker::hello(claimed),
+    ] {
+        let mut squatter = std::net::TcpStream::connect(seed).unwrap();
+        squatter.write_all(&hello).unwrap();
+        squatters.push(squatter);
+    }
+    // The squatter that spoke first waits for the mesh's hello: its connection is up.
+    let mut greeting = [0u8; 9];
+    squatters[0].read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[4..], b"CNCL\x02");
+
+    let second = Node::builder(&cluster.name)
+        .name("m1")
+        .transport(Tap::new(mesh))
+        .config(EndpointConfig::local())
+        .join_timeout(WAIT)
+        .keyring(ring.clone())
+        .join();
+    let second = within(WAIT, "join beside the squatter", second)
+        .await
+        .unwrap();
+    agree_refs(&[&first, &second]).await;
+    let guard = second.mutex("squatted").unwrap().lock().await.unwrap();
+    assert!(matches!(
+        first.mutex("squatted").unwrap().try_lock().await,
+        Err(LockError::WouldBlock)
+    ));
+    guard.unlock().await.unwrap();
+    drop(squatters);
+    second.leave().await;
+    first.leave().await;
+}
+
 fn run<F: std::future::Future<Output = ()>>(test: &str, scenario: F) {
     smol::block_on(within(Duration::from_secs(120), test, scenario));
 }
 
 macro_rules! security {
-    ($($kind:ident => $variant:ident),*) => {
+    ($($kind:ident => $variant:ident $([$($only:ident),*])?),*) => {
         mod security {
             $(
                 mod $kind {
@@ -444,6 +536,7 @@ macro_rules! security {
                         wrong_key_cannot_join, keyed_member_cannot_join_an_open_cluster,
                         forged_unlocks_are_dropped, replayed_grants_and_unlocks_are_dropped,
                         keys_rotate_while_locks_are_taken);
+                    $(security!(@attacks $variant: $($only),*);)?
                 }
             )*
         }
@@ -458,4 +551,5 @@ macro_rules! security {
     };
 }
 
-security!(udp => Udp, tcp => Tcp);
+// The attacks every transport meets, then (in brackets) those of one transport alone.
+security!(udp => Udp, tcp => Tcp [a_squatter_cannot_hold_a_members_connection]);

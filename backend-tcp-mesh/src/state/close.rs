@@ -17,7 +17,9 @@ impl State {
         self.to_self_bytes = 0;
         self.bell.notify();
         self.alert_sleepers();
-        self.conns.values().any(|c| c.queue.data_frames() > 0)
+        self.conns
+            .values()
+            .any(|c| c.queue.data_frames() > 0 && !c.queue.is_held())
     }
 
     /// Flushes what it can during close (completing connects too). Returns whether every
@@ -27,7 +29,7 @@ impl State {
         let pending: Vec<Token> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.queue.data_frames() > 0)
+            .filter(|(_, c)| c.queue.data_frames() > 0 && !c.queue.is_held())
             .map(|(token, _)| *token)
             .collect();
         for token in pending {
@@ -46,7 +48,10 @@ impl State {
                 self.remove(token);
             }
         }
-        self.conns.values().all(|c| c.queue.data_frames() == 0)
+        // Frames held behind a handshake that will not finish now are not waited for.
+        self.conns
+            .values()
+            .all(|c| c.queue.data_frames() == 0 || c.queue.is_held())
     }
 
     /// Ends close: FIN on every connection, then drops them all.

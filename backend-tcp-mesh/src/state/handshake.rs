@@ -1,15 +1,31 @@
-//! Hellos and duplicates: registering a connection under its member's listen address (and, for
-//! a connection we dialled under another address, under that alias too), and keeping one
-//! connection per member pair.
+//! Hellos, proofs and duplicates: authenticating a connection (on a mesh with a cluster key),
+//! registering it under its member's listen address (and, for a connection we dialled under
+//! another address, under that alias too), and keeping one connection per member pair.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
-use tracing::debug;
+use conclave_lock_api::seal::{KeyId, Notice, ProofError};
+use conclave_lock_api::wire::ClusterId;
+use conclave_lock_api::Datagram;
+use tracing::{debug, warn};
 
-use super::State;
+use super::{State, AUTH_LOG_EVERY, MAX_NOTICES};
 use crate::conn::Sent;
-use crate::frame::Hello;
+use crate::frame::{self, Hello};
 use crate::wake::Token;
+
+/// A peer that holds another key, or none: what the member is told (see
+/// [`State::auth_failed`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rejected {
+    /// The peer's listen address, from its hello: the notice's `from`.
+    pub(super) from: SocketAddr,
+    /// The cluster the notice is encoded for.
+    pub(super) cluster: ClusterId,
+    /// The notice: our key (rejected), the peer's key.
+    pub(super) notice: Notice,
+}
 
 /// How two connections to one member were resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,8 +65,190 @@ impl State {
             self.violation(token, now, &what);
             return;
         }
-        conn.hello = Some(hello);
         conn.last_rx = Some(now);
+        let peer = hello.addr;
+        match (&self.auth, hello.seal) {
+            (None, None) => self.greeted(token, hello, now),
+            (None, Some(seal)) => {
+                let rejected = Rejected {
+                    from: peer,
+                    cluster: seal.cluster,
+                    notice: Notice {
+                        rejected: None,
+                        theirs: Some(seal.key),
+                        session: [0; 16],
+                    },
+                };
+                let what = "it has a cluster key, this member none";
+                self.auth_failed(token, now, what, Some(rejected));
+            }
+            (Some(auth), None) => {
+                let rejected = Rejected {
+                    from: peer,
+                    cluster: auth.cluster,
+                    notice: Notice {
+                        rejected: Some(auth.keys.primary()),
+                        theirs: None,
+                        session: auth.session,
+                    },
+                };
+                let what = "it has no cluster key (hello version 1)";
+                self.auth_failed(token, now, what, Some(rejected));
+            }
+            (Some(auth), Some(seal)) if seal.cluster != auth.cluster => {
+                self.auth_failed(token, now, "its hello is another cluster's", None);
+            }
+            (Some(auth), Some(_)) => {
+                // Our proof goes out now, ahead of any data frame; theirs must come next, and
+                // our data frames wait for it.
+                let keys = auth.keys.clone();
+                let Some(conn) = self.conns.get_mut(&token) else {
+                    return;
+                };
+                let outbound = conn.outbound;
+                let Some(handshake) = conn.handshake.as_mut() else {
+                    return;
+                };
+                handshake.theirs = Some((hello, payload.to_vec()));
+                let Some(transcript) = handshake.transcript(outbound, outbound) else {
+                    return;
+                };
+                conn.queue
+                    .push_control(frame::encode_proof(&keys.prove(&transcript)));
+                debug!(%peer, outbound, "hello received; proving the cluster key");
+                self.schedule(token);
+            }
+        }
+    }
+
+    /// Handles a keyed connection's second frame: the peer's proof of the cluster key over
+    /// both hellos. Only a valid proof lets the connection be registered (or displace or
+    /// block another) and its frames be delivered.
+    pub(super) fn authenticate(&mut self, token: Token, payload: &[u8], now: Instant) {
+        let (Some(auth), Some(conn)) = (&self.auth, self.conns.get_mut(&token)) else {
+            return;
+        };
+        let outbound = conn.outbound;
+        let Some(handshake) = conn.handshake.as_ref() else {
+            return;
+        };
+        let (Some((hello, _)), Some(transcript)) = (
+            handshake.theirs.as_ref(),
+            handshake.transcript(outbound, !outbound),
+        ) else {
+            return;
+        };
+        let hello = *hello;
+        let Some(proof) = frame::decode_proof(payload) else {
+            self.auth_failed(token, now, "the frame after its hello is not a proof", None);
+            return;
+        };
+        match auth.keys.verify(&transcript, &proof) {
+            Ok(()) => {
+                conn.handshake = None;
+                conn.last_rx = Some(now);
+                conn.queue.release();
+                self.schedule(token);
+                self.greeted(token, hello, now);
+            }
+            Err(ProofError::UnknownKey(theirs)) => {
+                let rejected = Rejected {
+                    from: hello.addr,
+                    cluster: auth.cluster,
+                    notice: Notice {
+                        rejected: Some(auth.keys.primary()),
+                        theirs: Some(theirs),
+                        session: auth.session,
+                    },
+                };
+                let what = "it proved another cluster key";
+                self.auth_failed(token, now, what, Some(rejected));
+            }
+            Err(_) => {
+                self.auth_failed(token, now, "invalid proof of the cluster key", None);
+            }
+        }
+    }
+
+    /// Closes a connection whose peer did not prove the cluster key: counted, logged at most
+    /// every few seconds (`TCP peer X failed authentication (key id N)`), the address it was
+    /// dialled at put in backoff. With `rejected`, its notice is delivered as a datagram from
+    /// the peer's listen address (at most [`MAX_NOTICES`] wait), so the member learns that
+    /// the peer holds another key (or none).
+    pub(super) fn auth_failed(
+        &mut self,
+        token: Token,
+        now: Instant,
+        what: &str,
+        rejected: Option<Rejected>,
+    ) {
+        // Its queued frames count as lost here; it only lingers to close cleanly.
+        let Some(mut conn) = self.remove(token) else {
+            return;
+        };
+        self.stats.auth_failures += 1;
+        let hello = conn
+            .handshake
+            .as_ref()
+            .and_then(|h| h.theirs.as_ref())
+            .map(|(hello, _)| *hello);
+        let peer: Option<SocketAddr> = rejected
+            .map(|r| r.from)
+            .or(hello.map(|h| h.addr))
+            .or(conn.member());
+        let key: Option<KeyId> = match rejected {
+            Some(r) => r.notice.theirs,
+            None => hello.and_then(|h| h.seal).map(|s| s.key),
+        };
+        let key = key.map_or_else(|| "none".to_string(), |k| k.to_string());
+        let (last, suppressed) = &mut self.auth_logged;
+        if last.is_none_or(|at| now.saturating_duration_since(at) >= AUTH_LOG_EVERY) {
+            let shown = peer.map_or_else(|| conn.peer_ip.to_string(), |p| p.to_string());
+            warn!(peer = %shown, ip = %conn.peer_ip, key_id = %key, what, suppressed = *suppressed,
+                "TCP peer {shown} failed authentication (key id {key}): {what}; connection closed");
+            *last = Some(now);
+            *suppressed = 0;
+        } else {
+            *suppressed += 1;
+        }
+        if let Some(addr) = conn.dialled {
+            self.backoff(addr, now);
+        }
+        // FIN now (our proof, if any, went out before it), then read to the peer's FIN, within
+        // close_timeout and 64 KiB: closing with its bytes unread would reset the connection,
+        // and the peer could lose our proof, and with it the reason. A peer that sends more
+        // (one that follows the handshake holds its data until our proof verifies) is reset.
+        let _ = conn.queue.take_unsent();
+        // Our hello and proof: a few dozen bytes the kernel takes (an error shows later).
+        let _ = conn.flush(None);
+        conn.keys.clear();
+        conn.handshake = None;
+        conn.shutdown_write();
+        conn.draining = true;
+        conn.rejected = true;
+        conn.scheduled = false;
+        conn.deadline = now.checked_add(self.config.close_timeout);
+        self.note_deadline(conn.deadline);
+        self.conns.insert(token, conn);
+        self.schedule(token);
+        if let Some(rejected) = rejected {
+            if self.notices.len() < MAX_NOTICES {
+                self.notices.push_back(Datagram {
+                    from: rejected.from,
+                    bytes: rejected.notice.encode(rejected.cluster),
+                });
+                self.bell.notify();
+            }
+        }
+    }
+
+    /// The peer said hello (and, on a keyed mesh, proved the key): registers the connection
+    /// under its member's address, resolving a duplicate.
+    fn greeted(&mut self, token: Token, hello: Hello, now: Instant) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        conn.hello = Some(hello);
         if conn.draining {
             // Resolved as a duplicate before its hello: it only winds down, by its deadline.
             return;

@@ -16,12 +16,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use async_io::Async;
+use conclave_lock_api::seal::Keyring;
+use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::Datagram;
 use tracing::{debug, trace, warn};
 
 use crate::config::TcpConfig;
-use crate::conn::{Conn, Received, Sent};
-use crate::frame::Hello;
+use crate::conn::{Conn, Handshake, Received, Sent};
+use crate::frame::{self, Hello, HelloSeal, CHALLENGE_LEN};
 use crate::peer::Peer;
 use crate::queue::Total;
 use crate::stats::TcpStats;
@@ -39,6 +41,20 @@ use watch::Sleepers;
 
 /// How long accepting pauses after an error such as running out of file descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// The most rejection notices of the handshake waiting to be received; more are dropped.
+const MAX_NOTICES: usize = 64;
+/// How often a failed authentication is logged at most (the rest are counted).
+const AUTH_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// The cluster's keys, once the node gave them ([`State::use_keyring`]).
+#[derive(Debug)]
+pub(crate) struct Auth {
+    pub(crate) cluster: ClusterId,
+    pub(crate) keys: Keyring,
+    /// The member's sealing session: the notices this mesh makes name it, as a notice about
+    /// the member's own packets does.
+    pub(crate) session: [u8; 16],
+}
 
 /// Who waits for the sockets a drive leaves blocked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +82,18 @@ pub(crate) enum Step {
 pub(crate) struct State {
     config: TcpConfig,
     local: SocketAddr,
-    /// Our hello frame, queued first on every connection.
+    /// This mesh's instance id, named in every hello.
+    instance: u64,
+    /// Our hello frame, queued first on every connection (without a key; with one, every
+    /// connection's hello has a challenge of its own).
     hello: Vec<u8>,
+    /// The cluster's keys: every connection must prove one before it is trusted.
+    auth: Option<Auth>,
+    /// Rejection notices the handshake made (a peer with another key, or none), delivered as
+    /// datagrams from the peer; at most [`MAX_NOTICES`].
+    notices: VecDeque<Datagram>,
+    /// When a failed authentication was last logged, and how many since went unlogged.
+    auth_logged: (Option<Instant>, u64),
     bell: Arc<Doorbell>,
     listener: Option<Arc<Async<TcpListener>>>,
     listener_waker: Waker,
@@ -109,12 +135,17 @@ impl State {
         let hello = Hello {
             instance,
             addr: local,
+            seal: None,
         }
         .encode();
         Self {
             config,
             local,
+            instance,
             hello,
+            auth: None,
+            notices: VecDeque::new(),
+            auth_logged: (None, 0),
             listener_waker: bell.waker(LISTENER),
             bell,
             listener: Some(Arc::new(listener)),
@@ -135,6 +166,57 @@ impl State {
             sleepers: Sleepers::default(),
             stats: TcpStats::default(),
         }
+    }
+
+    /// Makes every connection from now on prove a key of `keys` (see
+    /// `Transport::use_keyring`). Connections already open were made without: they are closed.
+    pub(crate) fn use_keyring(&mut self, cluster: ClusterId, keys: Keyring, session: [u8; 16]) {
+        self.auth = Some(Auth {
+            cluster,
+            keys,
+            session,
+        });
+        let tokens: Vec<Token> = self.conns.keys().copied().collect();
+        for token in tokens {
+            self.close_now(token);
+        }
+    }
+
+    /// A new connection's hello frame and, on a keyed mesh, its payload (the connection's
+    /// handshake starts from it). Each keyed hello has a fresh random challenge.
+    ///
+    /// # Errors
+    /// The system's random source failed.
+    fn new_hello(&self) -> io::Result<(Vec<u8>, Option<Handshake>)> {
+        let Some(auth) = &self.auth else {
+            return Ok((self.hello.clone(), None));
+        };
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        getrandom::fill(&mut challenge).map_err(|e| io::Error::other(e.to_string()))?;
+        let hello = Hello {
+            instance: self.instance,
+            addr: self.local,
+            seal: Some(HelloSeal {
+                cluster: auth.cluster,
+                key: auth.keys.primary(),
+                challenge,
+            }),
+        };
+        let payload = hello.payload();
+        let handshake = Handshake {
+            ours: payload.clone(),
+            theirs: None,
+        };
+        Ok((frame::encode(&payload), Some(handshake)))
+    }
+
+    /// Takes `conn` in, its handshake (if keyed) started: data frames wait for our proof.
+    fn insert(&mut self, token: Token, mut conn: Conn, handshake: Option<Handshake>) {
+        if handshake.is_some() {
+            conn.queue.hold();
+        }
+        conn.handshake = handshake;
+        self.conns.insert(token, conn);
     }
 
     /// A snapshot of the counters.
@@ -299,6 +381,9 @@ impl State {
             }
             Mode::Async | Mode::Blocking => {}
         }
+        if let Some(notice) = self.notices.pop_front() {
+            return Step::Datagram(notice);
+        }
         if let Some(bytes) = self.to_self.pop_front() {
             self.to_self_bytes -= bytes.len();
             self.total.sub(bytes.len());
@@ -327,6 +412,10 @@ impl State {
             if let Some(datagram) = self.serve(token, now, mode) {
                 return Step::Datagram(datagram);
             }
+        }
+        // A handshake that failed in this drive may have left a notice.
+        if let Some(notice) = self.notices.pop_front() {
+            return Step::Datagram(notice);
         }
         Step::Idle(self.next_deadline)
     }
@@ -378,15 +467,12 @@ impl State {
         let deadline = now.checked_add(self.config.connect_timeout);
         self.stats.connect_attempts += 1;
         let waker = self.bell.waker(token);
-        let conn = match Conn::dial(
-            addr,
-            self.local,
-            waker,
-            self.hello.clone(),
-            deadline,
-            self.total.clone(),
-        ) {
-            Ok(conn) => conn,
+        let dialled = self.new_hello().and_then(|(hello, handshake)| {
+            let conn = Conn::dial(addr, self.local, waker, hello, deadline, self.total.clone())?;
+            Ok((conn, handshake))
+        });
+        let (conn, handshake) = match dialled {
+            Ok(pair) => pair,
             Err(error) => {
                 debug!(%addr, %error, "connect failed");
                 self.stats.connect_failures += 1;
@@ -396,7 +482,7 @@ impl State {
         };
         debug!(%addr, "dialling");
         self.note_deadline(deadline);
-        self.conns.insert(token, conn);
+        self.insert(token, conn, handshake);
         self.peers.entry(addr).or_default().conn = Some(token);
         // The next drive, whichever its mode, checks on the connect and arranges to hear when
         // it completes (the reactor, or the blocking receive's poll).
@@ -467,20 +553,20 @@ impl State {
                 return;
             }
         };
+        let (hello, handshake) = match self.new_hello() {
+            Ok(hello) => hello,
+            Err(error) => {
+                debug!(%from, %error, "inbound connection dropped");
+                return;
+            }
+        };
         let token = self.token();
         let deadline = now.checked_add(self.config.handshake_timeout);
         let waker = self.bell.waker(token);
-        let conn = Conn::accepted(
-            stream,
-            from,
-            waker,
-            self.hello.clone(),
-            deadline,
-            self.total.clone(),
-        );
+        let conn = Conn::accepted(stream, from, waker, hello, deadline, self.total.clone());
         trace!(%from, token, "accepted");
         self.note_deadline(deadline);
-        self.conns.insert(token, conn);
+        self.insert(token, conn, handshake);
         self.schedule(token);
     }
 
@@ -490,6 +576,13 @@ impl State {
         let conn = self.conns.get_mut(&token)?;
         let waker = (mode == Mode::Async).then(|| conn.waker.clone());
         let mut cx = waker.as_ref().map(Context::from_waker);
+        if conn.rejected {
+            if conn.discard_until_eof(cx.as_mut()) {
+                trace!(token, "unauthenticated connection closed");
+                self.conns.remove(&token);
+            }
+            return None;
+        }
         if conn.is_dialing() {
             match conn.poll_dial(cx.as_mut()) {
                 Poll::Pending => return None,
@@ -511,7 +604,7 @@ impl State {
         }
         let conn = self.conns.get_mut(&token)?;
         match conn.flush(cx.as_mut()) {
-            Ok(true) if conn.draining => conn.shutdown_write(),
+            Ok(true) if conn.draining && !conn.queue.is_held() => conn.shutdown_write(),
             Ok(_) => {}
             Err(error) => {
                 self.lost(token, now, &error);
@@ -520,6 +613,11 @@ impl State {
         }
         loop {
             let conn = self.conns.get_mut(&token)?;
+            if conn.rejected {
+                // Failed authentication just now: only read to its end from here on.
+                self.schedule(token);
+                return None;
+            }
             match conn.read_frame(cx.as_mut(), max_frame) {
                 Ok(Received::Frame(payload)) => match conn.hello {
                     Some(hello) => {
@@ -530,6 +628,9 @@ impl State {
                             from: hello.addr,
                             bytes: payload,
                         });
+                    }
+                    None if conn.handshake.as_ref().is_some_and(|h| h.theirs.is_some()) => {
+                        self.authenticate(token, &payload, now);
                     }
                     None => self.greet(token, &payload, now),
                 },
@@ -639,6 +740,8 @@ impl State {
                 self.remove(token);
             } else if conn.is_dialing() {
                 self.dial_failed(token, now, &io::Error::from(ErrorKind::TimedOut));
+            } else if conn.handshake.as_ref().is_some_and(|h| h.theirs.is_some()) {
+                self.auth_failed(token, now, "no proof of the cluster key in time", None);
             } else if conn.hello.is_none() {
                 let error = io::Error::new(ErrorKind::TimedOut, "no hello in time");
                 self.lost(token, now, &error);

@@ -250,7 +250,9 @@ pub struct Notice {
 }
 
 impl Notice {
-    /// The notice's bytes, for `cluster`.
+    /// The notice as sent on the wire for `cluster` ([`NOTICE_LEN`] bytes, unsealed). A
+    /// transport that learns of a rejection itself (the TCP mesh's handshake) delivers one of
+    /// these as a datagram from the peer, so the member's [`super::Sealer`] records it.
     pub fn encode(&self, cluster: ClusterId) -> Vec<u8> {
         let mut out = Vec::with_capacity(NOTICE_LEN);
         out.extend_from_slice(&NOTICE_MAGIC);

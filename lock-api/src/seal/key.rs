@@ -157,6 +157,17 @@ impl ClusterKey {
         let key = Zeroizing::new(derive::<32>(&self.bytes, &info));
         Aes256Gcm::new(key.as_ref().into())
     }
+
+    /// The handshake tag of `transcript`: 16 bytes of HKDF-SHA256 of this cluster key with
+    /// info = `label` ‖ `transcript`. HKDF-Expand is HMAC-SHA256 under the extracted key, so
+    /// the tag is a MAC of the transcript that only holders of the key can compute.
+    pub(crate) fn handshake_tag(&self, label: &[u8], transcript: &[u8]) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // Expanding fails only for outputs above 255 hash lengths.
+        let _ = Hkdf::<Sha256>::new(None, self.bytes.as_ref())
+            .expand_multi_info(&[label, transcript], &mut out);
+        out
+    }
 }
 
 impl fmt::Debug for ClusterKey {

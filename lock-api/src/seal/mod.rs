@@ -58,8 +58,15 @@
 //! Keys, derived session keys and AES round keys are wiped when dropped; the HMAC state
 //! inside a key derivation is not (the `hkdf` crate does not wipe it), and lives only for the
 //! derivation.
+//!
+//! # Handshakes
+//! A transport with connections proves the key on each before trusting it
+//! ([`Keyring::prove`], [`Keyring::verify`]: a tag of the connection's transcript, see
+//! [`HandshakeProof`]), and reports a peer that proves another key by a [`Notice`] of its own
+//! making ([`Notice::encode`]), so the node hears of it as it hears of a notice sent.
 
 mod format;
+mod handshake;
 mod key;
 mod keyring;
 mod sealer;
@@ -70,6 +77,7 @@ pub use format::{
     Notice, NOTICE_LEN, NOTICE_MAGIC, SEALED_HEADER_LEN, SEALED_MAGIC, SEAL_OVERHEAD, SEAL_VERSION,
     TAG_LEN,
 };
+pub use handshake::{HandshakeProof, ProofError, PROOF_LABEL, PROOF_TAG_LEN};
 pub use key::{ClusterKey, KeyError, KeyId, KEY_ENV, KEY_FILE_ENV};
 pub use keyring::{Keyring, KeyringError, MAX_KEYS};
 pub use sealer::{Opened, Rejection, SealStats, Sealer, MAX_AGE};

@@ -180,6 +180,11 @@ impl Sealer {
         })
     }
 
+    /// This sealer's session id (public: every packet it seals names it).
+    pub fn session(&self) -> [u8; 16] {
+        self.session
+    }
+
     /// The keyring, if this member has one.
     pub fn keyring(&self) -> Option<&Keyring> {
         self.keys.as_ref()

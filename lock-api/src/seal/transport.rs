@@ -117,6 +117,15 @@ impl Transport for SealedTransport {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    fn use_keyring(
+        &self,
+        cluster: crate::wire::ClusterId,
+        keys: &super::Keyring,
+        session: [u8; 16],
+    ) {
+        self.inner.use_keyring(cluster, keys, session);
+    }
 }
 
 impl BlockingRecv for SealedTransport {

@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh long [SECONDS]   # SECONDS per target, default 600
 #
 # Environment:
-#   FUZZ_TARGETS   targets to run, space-separated (default: all three)
+#   FUZZ_TARGETS   targets to run, space-separated (default: all four)
 #   FUZZ_SECONDS   seconds per target in smoke mode (default 20)
 #   CARGO_TARGET_DIR, CARGO_BUILD_JOBS   passed on to cargo as usual
 #
@@ -28,7 +28,7 @@ long) seconds=${2:-600} ;;
 *) usage ;;
 esac
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || usage
-targets=${FUZZ_TARGETS:-wire_decode tcp_frames endpoint_input}
+targets=${FUZZ_TARGETS:-wire_decode tcp_frames seal_open endpoint_input}
 
 cd "$(dirname "$0")/.."
 started=$(date +%s)

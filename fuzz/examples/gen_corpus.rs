@@ -125,6 +125,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 name: l(),
                 token,
                 stamp: 1,
+                cached: false,
             }),
         ),
         (
@@ -536,6 +537,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     name: name("l2"),
                     token: FencingToken::new(7, 1),
                     stamp: 0,
+                    cached: true,
                 }),
                 None,
             )),

@@ -9,6 +9,9 @@
 
 pub mod chunks;
 pub mod script;
+mod seal;
+
+pub use seal::seal_open;
 
 use conclave_lock_api::wire::{self, ClusterId, Header};
 

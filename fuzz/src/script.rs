@@ -272,7 +272,7 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 21;
+        let kind = self.u8() % 22;
         if kind < 5 {
             return Message::Gms(match kind {
                 0 => GmsMessage::JoinRequest,
@@ -314,6 +314,7 @@ impl<'a> Reader<'a> {
                 name: self.name(),
                 token: self.token(),
                 stamp: self.num(),
+                cached: self.flag(),
             },
             11 => LockMessage::Queued {
                 request: self.request(),
@@ -374,6 +375,11 @@ impl<'a> Reader<'a> {
                         mode: r.mode(),
                     }),
                 }),
+            },
+            21 => LockMessage::Revoke {
+                request: self.request(),
+                name: self.name(),
+                token: self.token(),
             },
             _ => LockMessage::DuplicateLock {
                 name: self.name(),
@@ -674,12 +680,24 @@ impl Writer {
                 name,
                 token,
                 stamp,
+                cached,
             } => {
                 self.u8(10);
                 self.request(request);
                 self.name(name);
                 self.token(token);
                 self.num(*stamp);
+                self.flag(*cached);
+            }
+            LockMessage::Revoke {
+                request,
+                name,
+                token,
+            } => {
+                self.u8(21);
+                self.request(request);
+                self.name(name);
+                self.token(token);
             }
             LockMessage::Queued { request, position } => {
                 self.u8(11);

@@ -20,6 +20,11 @@
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
 //!   coordinator until this process is granted the lock.
 //!
+//! The `cache` mode measures node-level caching over UDP: a lock cached at this process
+//! (lock+unlock p50, and the lock-protocol datagrams sent while doing it, counted by a wrapper
+//! around the transport), and one lock bouncing between this process and another, with caching
+//! off and on, in one run.
+//!
 //! The `seal` mode measures what the cluster key costs over UDP: lock+unlock (both awaited)
 //! from this process, whose grantor is another process, in a cluster without a key and in one
 //! with a key, in alternating rounds beside the floor; it prints both and their ratio.
@@ -34,7 +39,11 @@ use std::time::{Duration, Instant};
 
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
-use conclave::{EndpointConfig, Node};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use conclave::api::Transport;
+use conclave::{EndpointConfig, Node, NodeCacheConfig};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -51,7 +60,10 @@ fn main() -> Result<(), Error> {
         None | Some("udp") => smol::block_on(parent(Mode::Udp)),
         Some("tcp") => smol::block_on(parent(Mode::Tcp)),
         Some("seal") => smol::block_on(seal()),
-        Some(other) => Err(format!("unknown mode {other:?}; use `udp`, `tcp` or `seal`").into()),
+        Some("cache") => smol::block_on(cache()),
+        Some(other) => {
+            Err(format!("unknown mode {other:?}; use `udp`, `tcp`, `seal` or `cache`").into())
+        }
     }
 }
 
@@ -153,24 +165,43 @@ fn port() -> u16 {
 }
 
 async fn join(name: &str, net: &Net) -> Result<Node, Error> {
+    join_counted(name, net, None).await
+}
+
+/// Joins over `net`; with `sent`, through a transport that counts the lock-protocol datagrams
+/// (reliable data: not heartbeats, discovery or lone acknowledgements) it sends. The `cache`
+/// mode switches node caching on with `CONCLAVE_BENCH_CACHE=1`.
+async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Result<Node, Error> {
     let builder = Node::builder("bench").name(name);
-    let builder = match net {
-        Net::Udp(port) => builder.transport(UdpMulticast::bind(&UdpConfig {
+    let builder = match (net, sent) {
+        (Net::Udp(port), Some(sent)) => builder.transport(Counted {
+            inner: UdpMulticast::bind(&UdpConfig {
+                port: *port,
+                ..UdpConfig::loopback()
+            })?,
+            sent,
+        }),
+        (Net::Udp(port), None) => builder.transport(UdpMulticast::bind(&UdpConfig {
             port: *port,
             ..UdpConfig::loopback()
         })?),
-        Net::Tcp(seeds) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
+        (Net::Tcp(seeds), _) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
+    };
+    let builder = builder.config(EndpointConfig::local());
+    let builder = if std::env::var("CONCLAVE_BENCH_CACHE").is_ok_and(|v| v == "1") {
+        builder.node_cache(NodeCacheConfig {
+            enabled: true,
+            ..NodeCacheConfig::default()
+        })
+    } else {
+        builder
     };
     let builder = match std::env::var("CONCLAVE_BENCH_SPIN_US") {
         Ok(us) => builder.spin_wait(Duration::from_micros(us.parse()?)),
         Err(_) => builder,
     };
     // The `seal` mode gives its keyed members the key in the environment.
-    Ok(builder
-        .config(EndpointConfig::local())
-        .cluster_key_from_env()
-        .join()
-        .await?)
+    Ok(builder.cluster_key_from_env().join().await?)
 }
 
 /// The key of the `seal` mode's keyed cluster, as hex (a benchmark's key: never use a fixed
@@ -540,6 +571,23 @@ fn child(args: &[String]) -> Result<(), Error> {
             node.leave().await;
             Ok(())
         }),
+        "bouncer" => smol::block_on(async {
+            let node = join(arg(1)?, &Net::parse(arg(2)?)?).await?;
+            let run_for = Duration::from_millis(arg(3)?.parse()?);
+            let ball = node.mutex("ball")?;
+            println!("READY");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+            let start = Instant::now();
+            let mut count = 0u64;
+            while start.elapsed() < run_for {
+                ball.lock().await?.unlock().await?;
+                count += 1;
+            }
+            println!("COUNT {count}");
+            node.leave().await;
+            Ok(())
+        }),
         "hammer" => smol::block_on(async {
             let node = join(arg(1)?, &Net::parse(arg(2)?)?).await?;
             let run_for = Duration::from_millis(arg(3)?.parse()?);
@@ -559,4 +607,145 @@ fn child(args: &[String]) -> Result<(), Error> {
         }),
         other => Err(format!("unknown child role {other:?}").into()),
     }
+}
+
+/// A UDP transport that counts the lock-protocol datagrams it sends.
+struct Counted {
+    inner: UdpMulticast,
+    sent: Arc<AtomicU64>,
+}
+
+impl Counted {
+    fn count(&self, bytes: &[u8]) {
+        let cluster = conclave::api::wire::ClusterId::from_name("bench");
+        if let Ok(packet) = conclave::api::wire::decode_packet(cluster, bytes) {
+            if matches!(
+                packet.frame,
+                conclave::api::wire::Frame::Data(_) | conclave::api::wire::Frame::Bundle(_)
+            ) {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for Counted {
+    fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr()
+    }
+    fn max_datagram_size(&self) -> usize {
+        self.inner.max_datagram_size()
+    }
+    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> std::io::Result<()> {
+        self.count(bytes);
+        self.inner.send_to(to, bytes)
+    }
+    fn send_discovery(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.inner.send_discovery(bytes)
+    }
+    async fn recv(&self) -> std::io::Result<conclave::api::Datagram> {
+        self.inner.recv().await
+    }
+    fn blocking(&self) -> Option<&dyn conclave::api::BlockingRecv> {
+        self.inner.blocking()
+    }
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+}
+
+/// The `cache` mode: a cached lock, and one lock bouncing between two processes with caching
+/// off and on.
+async fn cache() -> Result<(), Error> {
+    println!("conclave bench, cache mode (UDP, loopback)");
+    const PAIRS: usize = 20_000;
+    const BOUNCE_FOR: Duration = Duration::from_secs(3);
+    let mut rows = Vec::new();
+    let mut bounce = [0f64; 2];
+    for (i, cached) in [false, true].into_iter().enumerate() {
+        let net = Net::Udp(port() + i as u16);
+        std::env::set_var("CONCLAVE_BENCH_CACHE", if cached { "1" } else { "0" });
+        let mut coordinator = Proc::spawn(&["member", "coordinator", &net.word()])?;
+        expect(&mut coordinator, "READY")?;
+        let sent = Arc::new(AtomicU64::new(0));
+        let node = join_counted("bench", &net, Some(sent.clone())).await?;
+        // A lock only this process takes.
+        let mutex = node.mutex("mine")?;
+        for _ in 0..100 {
+            mutex.lock().await?.unlock().await?;
+        }
+        let before = sent.load(Ordering::Relaxed);
+        let mut pairs = Vec::with_capacity(PAIRS);
+        let mut locks = Vec::with_capacity(PAIRS);
+        for _ in 0..PAIRS {
+            let t = Instant::now();
+            let guard = mutex.lock().await?;
+            locks.push(t.elapsed());
+            guard.unlock().await?;
+            pairs.push(t.elapsed());
+        }
+        let datagrams = sent.load(Ordering::Relaxed) - before;
+        pairs.sort();
+        locks.sort();
+        rows.push((
+            cached,
+            percentile(&pairs, 0.5),
+            percentile(&pairs, 0.99),
+            datagrams,
+            percentile(&locks, 0.5),
+        ));
+        // One lock bouncing between this process and a bouncer process.
+        let mut bouncer = Proc::spawn(&[
+            "bouncer",
+            "bouncer",
+            &net.word(),
+            &BOUNCE_FOR.as_millis().to_string(),
+        ])?;
+        expect(&mut bouncer, "READY")?;
+        let ball = node.mutex("ball")?;
+        bouncer.send("go")?;
+        let start = Instant::now();
+        let mut count = 0u64;
+        while start.elapsed() < BOUNCE_FOR {
+            ball.lock().await?.unlock().await?;
+            count += 1;
+        }
+        let line = bouncer.line()?;
+        count += line
+            .strip_prefix("COUNT ")
+            .ok_or("bad count")?
+            .parse::<u64>()?;
+        bounce[i] = count as f64 / start.elapsed().as_secs_f64();
+        node.leave().await;
+        drop(bouncer);
+        drop(coordinator);
+    }
+    std::env::remove_var("CONCLAVE_BENCH_CACHE");
+    println!();
+    println!("| figure | caching off | caching on |");
+    println!("|---|---|---|");
+    let (off, on) = (&rows[0], &rows[1]);
+    println!(
+        "| lock+unlock of a lock only this process takes (grantor elsewhere), p50 / p99 | {:.2} µs / {:.2} µs | {:.2} µs / {:.2} µs |",
+        micros(off.1), micros(off.2), micros(on.1), micros(on.2)
+    );
+    println!(
+        "| lock() alone of that lock, p50 | {:.2} µs | {:.2} µs |",
+        micros(off.4),
+        micros(on.4)
+    );
+    println!(
+        "| lock-protocol datagrams sent for {PAIRS} lock+unlock pairs | {} | {} |",
+        off.3, on.3
+    );
+    println!(
+        "| one lock bouncing between two processes: acquisitions per second | {:.0} | {:.0} |",
+        bounce[0], bounce[1]
+    );
+    println!(
+        "| bouncing, caching on / off | | {:.2}x |",
+        bounce[1] / bounce[0]
+    );
+    Ok(())
 }

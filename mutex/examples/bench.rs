@@ -191,6 +191,7 @@ async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Re
     let builder = if std::env::var("CONCLAVE_BENCH_CACHE").is_ok_and(|v| v == "1") {
         builder.node_cache(NodeCacheConfig {
             enabled: true,
+            delegate_reads: true,
             ..NodeCacheConfig::default()
         })
     } else {
@@ -663,6 +664,7 @@ async fn cache() -> Result<(), Error> {
     const BOUNCE_FOR: Duration = Duration::from_secs(3);
     let mut rows = Vec::new();
     let mut bounce = [0f64; 2];
+    let mut read_rows = Vec::new();
     for (i, cached) in [false, true].into_iter().enumerate() {
         let net = Net::Udp(port() + i as u16);
         std::env::set_var("CONCLAVE_BENCH_CACHE", if cached { "1" } else { "0" });
@@ -688,6 +690,22 @@ async fn cache() -> Result<(), Error> {
         let datagrams = sent.load(Ordering::Relaxed) - before;
         pairs.sort();
         locks.sort();
+        // A lock only this process reads: under a read delegation when caching is on.
+        let rw = node.rw_lock("mine-to-read")?;
+        for _ in 0..100 {
+            rw.read().await?.unlock().await?;
+        }
+        let before_reads = sent.load(Ordering::Relaxed);
+        let mut reads = Vec::with_capacity(PAIRS);
+        for _ in 0..PAIRS {
+            let t = Instant::now();
+            let guard = rw.read().await?;
+            reads.push(t.elapsed());
+            guard.unlock().await?;
+        }
+        let read_datagrams = sent.load(Ordering::Relaxed) - before_reads;
+        reads.sort();
+        read_rows.push((percentile(&reads, 0.5), read_datagrams));
         rows.push((
             cached,
             percentile(&pairs, 0.5),
@@ -738,6 +756,15 @@ async fn cache() -> Result<(), Error> {
     println!(
         "| lock-protocol datagrams sent for {PAIRS} lock+unlock pairs | {} | {} |",
         off.3, on.3
+    );
+    println!(
+        "| read() alone of a lock only this process reads, p50 | {:.2} µs | {:.2} µs |",
+        micros(read_rows[0].0),
+        micros(read_rows[1].0)
+    );
+    println!(
+        "| lock-protocol datagrams sent for {PAIRS} read+unlock pairs | {} | {} |",
+        read_rows[0].1, read_rows[1].1
     );
     println!(
         "| one lock bouncing between two processes: acquisitions per second | {:.0} | {:.0} |",

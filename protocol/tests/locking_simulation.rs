@@ -370,6 +370,7 @@ fn harsh_faults_catch_orphaned_members() {
 /// A configuration with node-level caching switched on at every member.
 fn with_cache(mut config: SimConfig) -> SimConfig {
     config.endpoint.locks.node_cache.enabled = true;
+    config.endpoint.locks.node_cache.delegate_reads = true;
     config
 }
 
@@ -404,6 +405,11 @@ fn cached_seeds_run_clean() {
                 t.grantor.revokes > 0 && t.cache.revokes > 0,
                 "{name}: no revoke"
             );
+            assert!(t.grantor.delegations > 0, "{name}: no read delegation");
+            assert!(
+                t.grantor.delegation_revocations > 0,
+                "{name}: no delegation revoked"
+            );
         }
     }
 }
@@ -421,6 +427,23 @@ fn granting_from_a_returned_node_grant_is_caught() {
     let violation = found.expect("a checker catches grants from a returned node grant");
     assert!(
         violation.invariant.contains("node grant") || violation.invariant.contains("mutual"),
+        "{violation}"
+    );
+}
+
+#[test]
+fn granting_a_writer_over_read_delegations_is_caught() {
+    let config = SimConfig {
+        lock_sabotage: LockSabotage {
+            grant_over_delegations: true,
+            ..LockSabotage::default()
+        },
+        ..with_cache(SimConfig::locking(PartitionPolicy::Available))
+    };
+    let found = (1..=200).find_map(|seed| sim::run(seed, &config).err());
+    let violation = found.expect("a checker catches a writer granted over read delegations");
+    assert!(
+        violation.invariant.contains("mutual") || violation.invariant.contains("exclusion"),
         "{violation}"
     );
 }

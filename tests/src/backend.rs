@@ -129,7 +129,26 @@ pub async fn inspection(nodes: Vec<Node>) {
             assert_eq!(holder.token, guard.fencing_token());
         }
         assert_eq!(holder.mode, LockMode::Exclusive);
-        let waiters: Vec<OwnerId> = lock.waiters.iter().map(|w| w.owner.clone()).collect();
+        // A read waiting for a delegation to its member shows as its member's node owner.
+        assert_eq!(
+            lock.waiters.len(),
+            queued_owners.len(),
+            "every waiter listed"
+        );
+        let waiters: Vec<OwnerId> = lock
+            .waiters
+            .iter()
+            .zip(&queued_owners)
+            .map(|(w, expected)| {
+                if w.owner.local == conclave::api::wire::NODE_OWNER
+                    && w.owner.member == expected.member
+                {
+                    expected.clone()
+                } else {
+                    w.owner.clone()
+                }
+            })
+            .collect();
         assert_eq!(waiters, queued_owners, "waiters in queue order");
         assert!(lock.waiters.iter().all(|w| w.mode == LockMode::Shared));
         let printed = table.to_string();

@@ -40,6 +40,7 @@ pub fn memory_cached(cluster: String) -> BoxFuture<'static, Vec<Node>> {
     let mut config = EndpointConfig::local();
     config.locks.node_cache.enabled = true;
     config.locks.node_cache.after = 1;
+    config.locks.node_cache.delegate_reads = true;
     Box::pin(memory_members(cluster, config))
 }
 

@@ -40,6 +40,13 @@ pub struct NodeCacheConfig {
     pub idle: Duration,
     /// After a revoke of a lock, how long the member asks for it plainly. Default 1 s.
     pub backoff: Duration,
+    /// Read delegations (CTDB's read-only locks): shared requests get node grants too, so
+    /// local `read()` under one costs no message. Needs `enabled`. Default false.
+    pub delegate_reads: bool,
+    /// Grantor: after a lock was granted for writing, how long shared node grants of it are
+    /// granted plainly (not as delegations), so the writer's next turn is not held up by new
+    /// delegations to revoke. Default 1 s.
+    pub delegation_grace: Duration,
 }
 
 impl Default for NodeCacheConfig {
@@ -49,6 +56,8 @@ impl Default for NodeCacheConfig {
             after: 2,
             idle: Duration::from_secs(1),
             backoff: Duration::from_secs(1),
+            delegate_reads: false,
+            delegation_grace: Duration::from_secs(1),
         }
     }
 }
@@ -79,10 +88,12 @@ struct Queued {
 struct Entry {
     /// The node grant's request.
     grant: RequestId,
+    /// Exclusive (a cached lock) or shared (a read delegation).
+    mode: LockMode,
     /// Once granted: the block's first token and how many of it were used.
     block: Option<(FencingToken, u64)>,
-    /// The local request holding the lock now.
-    holder: Option<RequestId>,
+    /// The local requests holding the lock now (at most one when exclusive).
+    holders: Vec<RequestId>,
     queue: VecDeque<Queued>,
     /// Asked back (or the block used up): serve no more, return once free.
     revoking: bool,
@@ -94,6 +105,7 @@ struct Entry {
 #[derive(Clone, Debug)]
 struct LocalHold {
     name: LockName,
+    mode: LockMode,
     owner: u64,
     token: FencingToken,
     grant: RequestId,
@@ -125,18 +137,21 @@ impl LockService {
     /// the grantor as usual.
     pub(super) fn cache_lock(&mut self, now: Instant, request: &LockRequest) -> Option<RequestId> {
         let config = self.config.node_cache;
-        if !config.enabled || request.mode != LockMode::Exclusive || request.owner == NODE_OWNER {
+        let mode_ok = request.mode == LockMode::Exclusive || config.delegate_reads;
+        if !config.enabled || !mode_ok || request.owner == NODE_OWNER {
             return None;
         }
         let name = request.name.clone();
         if let Some(entry) = self.cache.entries.get(&name) {
-            // Being revoked, or still on its way: ask the grantor (in its FIFO order).
-            if entry.revoking || entry.block.is_none() {
+            // Being revoked, still on its way, or cached in the other mode: ask the grantor
+            // (in its FIFO order).
+            if entry.revoking || entry.block.is_none() || entry.mode != request.mode {
                 return None;
             }
             let id = self.client.next_id();
             let entry = self.cache.entries.get_mut(&name)?;
-            if entry.block.is_some() && entry.holder.is_none() && entry.queue.is_empty() {
+            let free = entry.mode == LockMode::Shared || entry.holders.is_empty();
+            if free && entry.queue.is_empty() {
                 self.cache_grant_local(&name, id, request.owner);
             } else if request.wait {
                 entry.queue.push_back(Queued {
@@ -178,7 +193,7 @@ impl LockService {
             now,
             NODE_OWNER,
             name.clone(),
-            LockMode::Exclusive,
+            request.mode,
             true,
             None,
             &mut self.outbox,
@@ -190,8 +205,9 @@ impl LockService {
             name,
             Entry {
                 grant,
+                mode: request.mode,
                 block: None,
-                holder: None,
+                holders: Vec::new(),
                 queue: VecDeque::from([Queued {
                     request: id,
                     owner: request.owner,
@@ -218,12 +234,13 @@ impl LockService {
             // The block is used up: return the grant after this hold, and ask again.
             entry.revoking = true;
         }
-        entry.holder = Some(id);
-        let grant = entry.grant;
+        entry.holders.push(id);
+        let (grant, mode) = (entry.grant, entry.mode);
         self.cache.local.insert(
             id,
             LocalHold {
                 name: name.clone(),
+                mode,
                 owner,
                 token,
                 grant,
@@ -234,7 +251,7 @@ impl LockService {
             request: id,
             name: name.clone(),
             owner,
-            mode: LockMode::Exclusive,
+            mode,
             token,
         });
     }
@@ -246,15 +263,21 @@ impl LockService {
             let Some(entry) = self.cache.entries.get_mut(name) else {
                 return;
             };
-            if entry.holder.is_some() || entry.block.is_none() {
+            if entry.block.is_none() {
                 return;
             }
             if entry.revoking {
+                if !entry.holders.is_empty() {
+                    return;
+                }
                 self.cache_return(name);
                 if !self.cache.serve_after_return {
                     return;
                 }
                 continue;
+            }
+            if entry.mode == LockMode::Exclusive && !entry.holders.is_empty() {
+                return;
             }
             let Some(next) = entry.queue.pop_front() else {
                 return;
@@ -268,7 +291,7 @@ impl LockService {
                 continue;
             }
             self.cache_grant_local(name, next.request, next.owner);
-            return;
+            // Readers go all at once; a writer alone (the loop stops at the check above).
         }
     }
 
@@ -295,11 +318,11 @@ impl LockService {
         } else {
             self.client.cancel(entry.grant, &mut self.outbox);
         }
-        self.cache_reroute(name, entry.queue);
+        self.cache_reroute(name, entry.mode, entry.queue);
     }
 
     /// Sends requests that waited at the node to the grantor, under their own ids.
-    fn cache_reroute(&mut self, name: &LockName, queue: VecDeque<Queued>) {
+    fn cache_reroute(&mut self, name: &LockName, mode: LockMode, queue: VecDeque<Queued>) {
         let now = self.last_now;
         for q in queue {
             let timeout = q.deadline.map(|d| d.saturating_duration_since(now));
@@ -316,7 +339,7 @@ impl LockService {
                 q.request,
                 q.owner,
                 name.clone(),
-                LockMode::Exclusive,
+                mode,
                 true,
                 timeout,
                 &mut self.outbox,
@@ -329,8 +352,8 @@ impl LockService {
         let hold = self.cache.local.remove(&request)?;
         self.notices.push_back(LockNotice::Released { request });
         if let Some(entry) = self.cache.entries.get_mut(&hold.name) {
-            if entry.holder == Some(request) {
-                entry.holder = None;
+            entry.holders.retain(|h| *h != request);
+            if entry.holders.is_empty() {
                 entry.idle_since = now;
             }
         }
@@ -364,7 +387,7 @@ impl LockService {
             .cache
             .entries
             .get(name)
-            .is_some_and(|e| e.block.is_none() && e.holder.is_none() && e.queue.is_empty());
+            .is_some_and(|e| e.block.is_none() && e.holders.is_empty() && e.queue.is_empty());
         if abandoned {
             self.cache_return(name);
         }
@@ -525,7 +548,7 @@ impl LockService {
                     self.cache.grants.remove(&grant);
                     if ours {
                         if let Some(entry) = self.cache.entries.remove(&name) {
-                            if let Some(holder) = entry.holder {
+                            for holder in entry.holders {
                                 if let Some(hold) = self.cache.local.remove(&holder) {
                                     self.notices.push_back(LockNotice::Lost {
                                         request: holder,
@@ -536,7 +559,7 @@ impl LockService {
                                     });
                                 }
                             }
-                            self.cache_reroute(&name, entry.queue);
+                            self.cache_reroute(&name, entry.mode, entry.queue);
                         }
                     }
                 }
@@ -578,7 +601,8 @@ impl LockService {
             let Some(entry) = self.cache.entries.get(&name) else {
                 continue;
             };
-            let unused = entry.holder.is_none() && entry.queue.is_empty() && entry.block.is_some();
+            let unused =
+                entry.holders.is_empty() && entry.queue.is_empty() && entry.block.is_some();
             if unused && now >= entry.idle_since + idle {
                 if let Some(entry) = self.cache.entries.get_mut(&name) {
                     entry.revoking = true;
@@ -595,7 +619,7 @@ impl LockService {
             .entries
             .values()
             .flat_map(|e| {
-                let unused = e.holder.is_none() && e.queue.is_empty() && e.block.is_some();
+                let unused = e.holders.is_empty() && e.queue.is_empty() && e.block.is_some();
                 let deadlines = e.queue.iter().filter_map(|q| q.deadline);
                 deadlines.chain(unused.then_some(e.idle_since + idle))
             })
@@ -629,7 +653,7 @@ impl LockService {
                     request: *request,
                     name: hold.name.clone(),
                     owner: hold.owner,
-                    mode: LockMode::Exclusive,
+                    mode: hold.mode,
                     token: hold.token,
                     granted_in: grant.granted_in,
                     granted_by: grant.granted_by.clone(),

@@ -110,6 +110,7 @@ impl LockConfig {
             node_cache: super::NodeCacheConfig {
                 idle: Duration::from_millis(200),
                 backoff: Duration::from_millis(200),
+                delegation_grace: Duration::from_millis(200),
                 ..super::NodeCacheConfig::default()
             },
         }

@@ -11,7 +11,7 @@ use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequ
 use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use tracing::{debug, info, warn};
 
-use super::table::{is_node_grant, Holder, LockTable, Verdict, Waiter};
+use super::table::{Holder, LockTable, Verdict, Waiter};
 use super::Outbox;
 use crate::time::Instant;
 
@@ -82,7 +82,14 @@ pub struct GrantorStats {
     pub node_grants: u64,
     /// Revokes sent: node grants asked back because another owner wanted the lock.
     pub revokes: u64,
+    /// Read delegations made (shared node grants).
+    pub delegations: u64,
+    /// Revokes of read delegations (by a writer, or after a reconciliation).
+    pub delegation_revocations: u64,
 }
+
+/// The most locks whose last write is remembered (for the delegation grace).
+const LAST_WRITES_MAX: usize = 4096;
 
 /// The most revokes remembered (to send each once).
 const REVOKED_MAX: usize = 65_536;
@@ -108,6 +115,10 @@ pub(crate) struct Grantor {
     stamps: BTreeMap<MemberId, u64>,
     pub(crate) stats: GrantorStats,
     pub(crate) sabotage: GrantorSabotage,
+    /// When each lock was last granted for writing (delegations wait out a grace after it).
+    last_write: BTreeMap<LockName, Instant>,
+    /// The grace after a write during which shared node grants are plain.
+    pub(crate) delegation_grace: Duration,
     /// Node grants asked back already: (member, request, token).
     revoked: BTreeSet<(MemberId, RequestId, conclave_lock_api::FencingToken)>,
     /// Grants in the order made, for the simulator's token checker.
@@ -122,6 +133,8 @@ impl Grantor {
             phase: Phase::Idle,
             table: LockTable::default(),
             revoked: BTreeSet::new(),
+            last_write: BTreeMap::new(),
+            delegation_grace: Duration::from_secs(1),
             epoch: 0,
             view_epoch: 0,
             grace_until: None,
@@ -369,6 +382,7 @@ impl Grantor {
             }
         }
         self.promote_all(ctx, out);
+        self.revoke_delegations(out);
     }
 
     /// Merges a report that arrived after its reconciliation finished.
@@ -480,7 +494,7 @@ impl Grantor {
                 if owner.member != *from {
                     return;
                 }
-                let cached = owner.local == NODE_OWNER && mode == LockMode::Exclusive;
+                let cached = self.cacheable(&name, &owner, mode, ctx.now);
                 // A resend of a granted request is answered with its grant again (if the
                 // grantor may vouch for it now).
                 let token = if let Some(h) = self.table.holder(&name, from, request) {
@@ -524,11 +538,15 @@ impl Grantor {
                     }
                     let token = self.table.grant(&name, waiter, self.epoch);
                     self.log_grant(&name, token);
+                    self.note_write(&name, mode, ctx.now);
                     token
                 };
                 let stamp = self.stamp_of(from);
                 if cached {
                     self.stats.node_grants += 1;
+                    if mode == LockMode::Shared {
+                        self.stats.delegations += 1;
+                    }
                 }
                 out.push_back((
                     from.clone(),
@@ -618,6 +636,8 @@ impl Grantor {
             self.stats.contended_grants += 1;
             self.log_grant(name, holder.token);
             let stamp = self.stamp_of(&holder.owner.member);
+            let cached = self.cacheable(name, &holder.owner, holder.mode, ctx.now);
+            self.note_write(name, holder.mode, ctx.now);
             out.push_back((
                 holder.owner.member.clone(),
                 LockMessage::Granted {
@@ -625,16 +645,57 @@ impl Grantor {
                     name: name.clone(),
                     token: holder.token,
                     stamp,
-                    cached: is_node_grant(&holder),
+                    cached,
                 },
             ));
-            if is_node_grant(&holder) {
+            if cached {
                 self.stats.node_grants += 1;
+                if holder.mode == LockMode::Shared {
+                    self.stats.delegations += 1;
+                }
             }
         }
         // A node grant made while others still wait is asked back at once.
         if self.table.has_waiters(name) {
             self.revoke_node_grants(name, None, out);
+        }
+    }
+
+    /// Whether a grant of `mode` to `owner` is a node grant its member may cache: exclusive
+    /// always; shared (a read delegation) unless the lock was granted for writing less than
+    /// `delegation_grace` ago (CTDB defers new delegations after a write).
+    fn cacheable(&self, name: &LockName, owner: &OwnerId, mode: LockMode, now: Instant) -> bool {
+        owner.local == NODE_OWNER
+            && (mode == LockMode::Exclusive
+                || self
+                    .last_write
+                    .get(name)
+                    .is_none_or(|t| now >= *t + self.delegation_grace))
+    }
+
+    /// Remembers when `name` was last granted for writing.
+    fn note_write(&mut self, name: &LockName, mode: LockMode, now: Instant) {
+        if mode != LockMode::Exclusive {
+            return;
+        }
+        if self.last_write.len() >= LAST_WRITES_MAX {
+            let grace = self.delegation_grace;
+            self.last_write.retain(|_, t| now < *t + grace);
+        }
+        self.last_write.insert(name.clone(), now);
+    }
+
+    /// After a reconciliation, every read delegation the table learned of is asked back (as
+    /// CTDB's recovery drops delegations): members fall back to asking.
+    fn revoke_delegations(&mut self, out: &mut Outbox) {
+        let delegated: Vec<LockName> = self
+            .table
+            .holders()
+            .filter(|(_, h)| h.owner.local == NODE_OWNER && h.mode == LockMode::Shared)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in delegated {
+            self.revoke_node_grants(&name, None, out);
         }
     }
 
@@ -650,6 +711,9 @@ impl Grantor {
                 continue;
             }
             self.stats.revokes += 1;
+            if holder.mode == LockMode::Shared {
+                self.stats.delegation_revocations += 1;
+            }
             out.push_back((
                 holder.owner.member.clone(),
                 LockMessage::Revoke {

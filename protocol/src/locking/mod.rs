@@ -257,6 +257,8 @@ pub struct LockSabotage {
     pub keep_waits_in_minority: bool,
     /// Node caching: keep granting local requests from a node grant after returning it.
     pub cache_after_return: bool,
+    /// Read delegations: grant a writer over read delegations without revoking them first.
+    pub grant_over_delegations: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -306,7 +308,11 @@ impl LockService {
         let lease = config.policy.is_majority().then_some(config.lease);
         Self {
             client: Client::new(local.clone(), lease),
-            grantor: Grantor::new(local.clone()),
+            grantor: {
+                let mut grantor = Grantor::new(local.clone());
+                grantor.delegation_grace = config.node_cache.delegation_grace;
+                grantor
+            },
             cache: cache::NodeCache::default(),
             local,
             config,
@@ -341,6 +347,7 @@ impl LockService {
         self.support.promise_anyone = sabotage.promise_anyone;
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
         self.cache.serve_after_return = sabotage.cache_after_return;
+        self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
     }
 
     /// The configuration.

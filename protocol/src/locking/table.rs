@@ -52,6 +52,14 @@ impl Entry {
     fn compatible(&self, mode: LockMode) -> bool {
         self.holders.iter().all(|h| h.mode.is_compatible_with(mode))
     }
+
+    /// Sabotage: as if read delegations held nothing.
+    fn compatible_over_delegations(&self, mode: LockMode) -> bool {
+        self.holders
+            .iter()
+            .filter(|h| !(h.owner.local == NODE_OWNER && h.mode == LockMode::Shared))
+            .all(|h| h.mode.is_compatible_with(mode))
+    }
 }
 
 /// Locks, their holders and waiters, and the fencing-token counter.
@@ -61,12 +69,15 @@ pub(crate) struct LockTable {
     last_token: FencingToken,
     /// Sabotage: hand out the last token again instead of a new one.
     pub(crate) reuse_tokens: bool,
+    /// Sabotage: grant writers over read delegations without revoking them first.
+    pub(crate) grant_over_delegations: bool,
 }
 
-/// Whether `holder` is a node grant: an exclusive hold of a member's node owner, which takes a
-/// block of [`NODE_GRANT_TOKENS`] tokens for its node's local acquisitions.
+/// Whether `holder` is a node grant: a hold of a member's node owner (exclusive: a cached lock;
+/// shared: a read delegation), which takes a block of [`NODE_GRANT_TOKENS`] tokens for its
+/// node's local acquisitions.
 pub(crate) fn is_node_grant(holder: &Holder) -> bool {
-    holder.owner.local == NODE_OWNER && holder.mode == LockMode::Exclusive
+    holder.owner.local == NODE_OWNER
 }
 
 /// The last token a hold may have handed out: its own, or the end of a node grant's block.
@@ -138,8 +149,11 @@ impl LockTable {
     /// exclusive request holds back later shared ones), the holders are compatible, and no
     /// departed holder's lease may still run.
     pub(crate) fn can_grant_now(&self, name: &LockName, mode: LockMode, now: Instant) -> bool {
+        let over = self.grant_over_delegations;
         self.locks.get(name).is_none_or(|e| {
-            e.queue.is_empty() && e.compatible(mode) && e.not_before.is_none_or(|t| t <= now)
+            e.queue.is_empty()
+                && (e.compatible(mode) || over && e.compatible_over_delegations(mode))
+                && e.not_before.is_none_or(|t| t <= now)
         })
     }
 
@@ -302,7 +316,8 @@ impl LockTable {
                 entry.queue.pop_front();
                 continue;
             }
-            if !entry.compatible(head.mode) {
+            let over = self.grant_over_delegations && entry.compatible_over_delegations(head.mode);
+            if !(entry.compatible(head.mode) || over) {
                 break;
             }
             let Some(waiter) = entry.queue.pop_front() else {
@@ -332,7 +347,7 @@ impl LockTable {
         }
     }
 
-    /// The node grants of `name` (exclusive holds of a member's node owner).
+    /// The node grants of `name` (holds of a member's node owner).
     pub(crate) fn node_grants(&self, name: &LockName) -> Vec<Holder> {
         self.locks.get(name).map_or_else(Vec::new, |e| {
             e.holders

@@ -129,6 +129,8 @@ fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
     total.late_reports += s.late_reports;
     total.node_grants += s.node_grants;
     total.revokes += s.revokes;
+    total.delegations += s.delegations;
+    total.delegation_revocations += s.delegation_revocations;
 }
 
 fn add_cache(total: &mut CacheStats, s: &CacheStats) {
@@ -235,8 +237,8 @@ impl fmt::Display for Report {
             let c = &self.cache;
             writeln!(
                 f,
-                "node cache          {} cache hits, {} node grants ({} asked), {} revokes sent, {} revokes received, {} returned",
-                c.hits, g.node_grants, c.node_grants_asked, g.revokes, c.revokes, c.returned
+                "node cache          {} cache hits, {} node grants ({} asked), {} revokes sent, {} revokes received, {} returned; {} delegations, {} delegation revocations",
+                c.hits, g.node_grants, c.node_grants_asked, g.revokes, c.revokes, c.returned, g.delegations, g.delegation_revocations
             )?;
             writeln!(f, "token amnesia       {} (grants below a token whose epoch the grantor never heard of)", self.token_amnesia)?;
         }

@@ -44,14 +44,38 @@ pub fn memory_cached(cluster: String) -> BoxFuture<'static, Vec<Node>> {
     Box::pin(memory_members(cluster, config))
 }
 
+/// The group backend over the in-memory transport, node-level caching and read delegations on
+/// at every other member only (the first on): [`MEMBERS`] nodes of one cluster, with and
+/// without the features.
+pub fn memory_mixed(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    let mut config = EndpointConfig::local();
+    config.locks.node_cache.enabled = true;
+    config.locks.node_cache.after = 1;
+    config.locks.node_cache.delegate_reads = true;
+    Box::pin(memory_members_with(cluster, move |i| {
+        if i % 2 == 0 {
+            config.clone()
+        } else {
+            EndpointConfig::local()
+        }
+    }))
+}
+
 async fn memory_members(cluster: String, config: EndpointConfig) -> Vec<Node> {
+    memory_members_with(cluster, move |_| config.clone()).await
+}
+
+async fn memory_members_with(
+    cluster: String,
+    config: impl Fn(usize) -> EndpointConfig,
+) -> Vec<Node> {
     let network = MemoryNetwork::new();
     let mut nodes = Vec::new();
     for i in 0..MEMBERS {
         let node = Node::builder(&cluster)
             .name(format!("m{i}"))
             .transport(network.transport())
-            .config(config.clone());
+            .config(config(i));
         nodes.push(within(WAIT, "join", node.join()).await.unwrap());
     }
     agree(&nodes).await;

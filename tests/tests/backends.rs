@@ -1,7 +1,8 @@
 //! The backend conformance suite: every scenario of [`conclave_tests::backend`] against every
-//! backend, as `conformance::<backend>::<scenario>`: the local backend, the group backend over
-//! memory, UDP and TCP, over memory with node-level caching (`memory_cached`), and over UDP and
-//! TCP with a cluster key (`udp_sealed`, `tcp_sealed`).
+//! backend, as `conformance::<backend>::<scenario>`: the local backend; the group backend over
+//! memory, UDP and TCP; over memory with node-level caching and read delegations at every
+//! member (`memory_cached`) or at every other member (`memory_mixed`); and over UDP and TCP
+//! with a cluster key (`udp_sealed`, `tcp_sealed`).
 
 use conclave_tests::backend;
 use conclave_tests::fixtures::{self, Start};
@@ -50,6 +51,7 @@ conformance!(
     local,
     memory,
     memory_cached,
+    memory_mixed,
     udp,
     tcp,
     udp_sealed,

@@ -71,9 +71,8 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        // The buffer holds one frame and a read-ahead: capacity may double past what was
-        // asked for once, no more.
-        let bound = 2 * (HEADER_LEN + max_frame.max(MAX_HELLO));
+        // The buffer holds one frame and its prefix at most, as documented.
+        let bound = HEADER_LEN + max_frame.max(MAX_HELLO);
         assert!(
             reader.allocated() <= bound,
             "the reader holds {} bytes, above {bound}",

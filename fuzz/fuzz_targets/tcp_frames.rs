@@ -2,7 +2,7 @@
 //! connection drives it: the first frame under the hello limit, every later frame under a
 //! fuzzed `max_frame`; every frame also goes to the hello decoder. Never panics; every frame
 //! returned is the next length-prefixed frame of the stream; a decoded hello encodes back to
-//! its frame; the reader's buffer stays within twice the largest frame the limit allows.
+//! its frame; the reader's buffer stays within the largest frame the limit allows and its prefix.
 //!
 //! Input: `max_frame` (2 bytes, big-endian, mapped into 512..=65535), a seed for the chunk
 //! sizes (1 byte), then the byte stream.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command named in README.md: every test and doctest of the workspace, in release
 # mode so the simulator's seed bands run quickly: 1,000 gentle and 400 harsh membership seeds,
-# 1,500 gentle and 400 harsh locking seeds per policy, and 150 gentle and 75 harsh locking seeds
+# 1,500 gentle and 400 harsh locking seeds per policy, and 300 gentle and 75 harsh locking seeds
 # per policy with node caching and read delegations on, by default.
 # CONCLAVE_SIM_SEEDS / CONCLAVE_LOCK_SEEDS / CONCLAVE_SIM_HARSH_SEEDS / CONCLAVE_LOCK_HARSH_SEEDS /
 # CONCLAVE_CACHE_SEEDS / CONCLAVE_CACHE_HARSH_SEEDS / CONCLAVE_SIM_FIRST_SEED choose other bands; CONCLAVE_SIM_FAULTS=harsh runs the gentle bands'

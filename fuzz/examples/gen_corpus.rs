@@ -86,6 +86,16 @@ fn messages() -> Vec<(&'static str, Message)> {
                 mode: LockMode::Exclusive,
                 wait: true,
                 stamp: 1,
+                lease_ms: Some(5_000),
+            }),
+        ),
+        (
+            "extend-lease",
+            lock(LockMessage::ExtendLease {
+                request: req,
+                name: l(),
+                lease_ms: 10_000,
+                stamp: 3,
             }),
         ),
         (
@@ -158,6 +168,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     owner: owner(1, 1),
                     mode: LockMode::Shared,
                     token,
+                    lease_ms: Some(1_500),
                 }],
                 pending: vec![PendingRequest {
                     request: RequestId(2),
@@ -165,6 +176,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     owner: owner(1, 2),
                     mode: LockMode::Exclusive,
                     wait: true,
+                    lease_ms: None,
                 }],
                 releases: vec![PendingRelease {
                     request: RequestId(3),
@@ -199,6 +211,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                         owner: owner(1, 1),
                         mode: LockMode::Exclusive,
                         token,
+                        lease_ms: Some(700),
                     }],
                     waiters: vec![TableWaiter {
                         owner: owner(2, 1),
@@ -449,6 +462,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     mode: LockMode::Exclusive,
                     wait: true,
                     stamp: 1,
+                    lease_ms: None,
                 }),
                 None,
             )),

@@ -161,6 +161,10 @@ fuzz_target!(|data: &[u8]| {
                     mode,
                     wait,
                     timeout: timeout_ms.map(|ms| Duration::from_millis(u64::from(ms))),
+                    // A third of the timeouts double as leases of the hold.
+                    lease: timeout_ms
+                        .filter(|ms| ms % 3 == 0)
+                        .map(|ms| Duration::from_millis(u64::from(ms))),
                 };
                 requests.push(endpoint.lock(now, request));
             }

@@ -272,7 +272,7 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 22;
+        let kind = self.u8() % 23;
         if kind < 5 {
             return Message::Gms(match kind {
                 0 => GmsMessage::JoinRequest,
@@ -290,6 +290,7 @@ impl<'a> Reader<'a> {
                 mode: self.mode(),
                 wait: self.flag(),
                 stamp: self.num(),
+                lease_ms: self.option(Self::num),
             },
             6 => LockMessage::Renew {
                 stamp: self.num(),
@@ -337,6 +338,7 @@ impl<'a> Reader<'a> {
                     owner: r.owner(),
                     mode: r.mode(),
                     token: r.token(),
+                    lease_ms: r.option(Self::num),
                 }),
                 pending: self.vec(|r| PendingRequest {
                     request: r.request(),
@@ -344,6 +346,7 @@ impl<'a> Reader<'a> {
                     owner: r.owner(),
                     mode: r.mode(),
                     wait: r.flag(),
+                    lease_ms: r.option(Self::num),
                 }),
                 releases: self.vec(|r| PendingRelease {
                     request: r.request(),
@@ -369,12 +372,19 @@ impl<'a> Reader<'a> {
                         owner: r.owner(),
                         mode: r.mode(),
                         token: r.token(),
+                        lease_ms: r.option(Self::num),
                     }),
                     waiters: r.vec(|r| TableWaiter {
                         owner: r.owner(),
                         mode: r.mode(),
                     }),
                 }),
+            },
+            22 => LockMessage::ExtendLease {
+                request: self.request(),
+                name: self.name(),
+                lease_ms: self.num(),
+                stamp: self.num(),
             },
             21 => LockMessage::Revoke {
                 request: self.request(),
@@ -640,6 +650,7 @@ impl Writer {
                 mode,
                 wait,
                 stamp,
+                lease_ms,
             } => {
                 self.u8(5);
                 self.request(request);
@@ -647,6 +658,19 @@ impl Writer {
                 self.owner(owner);
                 self.mode(*mode);
                 self.flag(*wait);
+                self.num(*stamp);
+                self.option(lease_ms.as_ref(), |w, v| w.num(*v));
+            }
+            LockMessage::ExtendLease {
+                request,
+                name,
+                lease_ms,
+                stamp,
+            } => {
+                self.u8(22);
+                self.request(request);
+                self.name(name);
+                self.num(*lease_ms);
                 self.num(*stamp);
             }
             LockMessage::Renew { stamp, held } | LockMessage::Renewed { stamp, held } => {
@@ -736,6 +760,7 @@ impl Writer {
                     w.owner(&h.owner);
                     w.mode(h.mode);
                     w.token(&h.token);
+                    w.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
                 });
                 self.vec(pending, |w, p| {
                     w.request(&p.request);
@@ -743,6 +768,7 @@ impl Writer {
                     w.owner(&p.owner);
                     w.mode(p.mode);
                     w.flag(p.wait);
+                    w.option(p.lease_ms.as_ref(), |w, v| w.num(*v));
                 });
                 self.vec(releases, |w, r| {
                     w.request(&r.request);
@@ -782,6 +808,7 @@ impl Writer {
                         w.owner(&h.owner);
                         w.mode(h.mode);
                         w.token(&h.token);
+                        w.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
                     });
                     w.vec(&lock.waiters, |w, h| {
                         w.owner(&h.owner);

@@ -39,6 +39,11 @@ pub struct Acquire {
     /// How long to wait at most (`None`: until granted). Kept by the backend, which
     /// withdraws the request when it runs out and answers [`LockError::Timeout`].
     pub timeout: Option<Duration>,
+    /// The hold's own lease (`None`: held until released). The backend frees the lock this
+    /// long after granting it unless it is released first, and the hold turns
+    /// [`LockStatus::Lost`] with [`LockLostReason::LeaseExpired`] no later than that, on this
+    /// member's clock (see [`LockBackend::extend_lease`]).
+    pub lease: Option<Duration>,
 }
 
 /// What the owner of a held lock should believe about it now.
@@ -328,6 +333,16 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         request: RequestId,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), UnlockError>>;
+
+    /// A reentrant re-lock with a lease: the lease of the hold of `request` becomes
+    /// `max(remaining, lease)`; a hold without a lease keeps none. Returns at once; a backend
+    /// that must ask a remote grantor moves the holder's deadline only once the grantor has
+    /// moved its own, so the holder is always told first.
+    ///
+    /// # Errors
+    /// [`UnlockError::Lost`] if the hold was lost; [`UnlockError::Shutdown`] if the backend
+    /// shut down.
+    fn extend_lease(&self, request: RequestId, lease: Duration) -> Result<(), UnlockError>;
 
     /// What the owner of the hold of `request` should believe now ([`LockStatus::Lost`] for
     /// an unknown or ended request).

@@ -303,13 +303,15 @@ fn arb_held_lock() -> BoxedStrategy<HeldLock> {
         arb_owner_id(),
         arb_lock_mode(),
         arb_token(),
+        prop::option::of(arb_u64()),
     )
-        .prop_map(|(request, name, owner, mode, token)| HeldLock {
+        .prop_map(|(request, name, owner, mode, token, lease_ms)| HeldLock {
             request,
             name,
             owner,
             mode,
             token,
+            lease_ms,
         })
         .boxed()
 }
@@ -321,14 +323,18 @@ fn arb_pending_request() -> BoxedStrategy<PendingRequest> {
         arb_owner_id(),
         arb_lock_mode(),
         any::<bool>(),
+        prop::option::of(arb_u64()),
     )
-        .prop_map(|(request, name, owner, mode, wait)| PendingRequest {
-            request,
-            name,
-            owner,
-            mode,
-            wait,
-        })
+        .prop_map(
+            |(request, name, owner, mode, wait, lease_ms)| PendingRequest {
+                request,
+                name,
+                owner,
+                mode,
+                wait,
+                lease_ms,
+            },
+        )
         .boxed()
 }
 
@@ -351,14 +357,27 @@ fn arb_pending_release() -> BoxedStrategy<PendingRelease> {
 fn arb_table_lock() -> BoxedStrategy<TableLock> {
     (
         arb_lock_name(),
-        prop::collection::vec((arb_owner_id(), arb_lock_mode(), arb_token()), 0..3),
+        prop::collection::vec(
+            (
+                arb_owner_id(),
+                arb_lock_mode(),
+                arb_token(),
+                prop::option::of(arb_u64()),
+            ),
+            0..3,
+        ),
         prop::collection::vec((arb_owner_id(), arb_lock_mode()), 0..3),
     )
         .prop_map(|(name, holders, waiters)| TableLock {
             name,
             holders: holders
                 .into_iter()
-                .map(|(owner, mode, token)| TableHolder { owner, mode, token })
+                .map(|(owner, mode, token, lease_ms)| TableHolder {
+                    owner,
+                    mode,
+                    token,
+                    lease_ms,
+                })
                 .collect(),
             waiters: waiters
                 .into_iter()
@@ -376,18 +395,28 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_owner_id(),
             arb_lock_mode(),
             any::<bool>(),
-            arb_u64()
+            arb_u64(),
+            prop::option::of(arb_u64())
         )
-            .prop_map(
-                |(request, name, owner, mode, wait, stamp)| LockMessage::Lock {
+            .prop_map(|(request, name, owner, mode, wait, stamp, lease_ms)| {
+                LockMessage::Lock {
                     request,
                     name,
                     owner,
                     mode,
                     wait,
-                    stamp
+                    stamp,
+                    lease_ms,
                 }
-            ),
+            }),
+        (arb_request_id(), arb_lock_name(), arb_u64(), arb_u64()).prop_map(
+            |(request, name, lease_ms, stamp)| LockMessage::ExtendLease {
+                request,
+                name,
+                lease_ms,
+                stamp
+            }
+        ),
         (arb_u64(), prop::collection::vec(arb_request_id(), 0..6))
             .prop_map(|(stamp, held)| LockMessage::Renew { stamp, held }),
         (arb_u64(), prop::collection::vec(arb_request_id(), 0..6))
@@ -526,6 +555,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Granted { .. }) => "Granted",
         Message::Lock(LockMessage::Revoke { .. }) => "Revoke",
         Message::Lock(LockMessage::Renew { .. }) => "Renew",
+        Message::Lock(LockMessage::ExtendLease { .. }) => "ExtendLease",
         Message::Lock(LockMessage::Renewed { .. }) => "Renewed",
         Message::Lock(LockMessage::Queued { .. }) => "Queued",
         Message::Lock(LockMessage::Denied { .. }) => "Denied",
@@ -560,7 +590,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 22, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 23, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

@@ -12,6 +12,7 @@
 //! a thread hop.
 
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use conclave_lock_api::{
     Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent,
@@ -83,6 +84,7 @@ impl LockBackend for Inner {
                     mode: request.mode,
                     wait: request.wait,
                     timeout: request.timeout,
+                    lease: request.lease,
                 },
             );
             if let Some(slot) = shared.slots.get_mut(&id) {
@@ -183,6 +185,25 @@ impl LockBackend for Inner {
                 }
                 (_, None) => {}
             }
+            (result, shared.settle(now))
+        };
+        self.flush(effects);
+        result
+    }
+
+    fn extend_lease(&self, request: RequestId, lease: Duration) -> Result<(), UnlockError> {
+        let (result, effects) = {
+            let mut shared = self.lock();
+            if shared.phase != Phase::Running {
+                return Err(UnlockError::Shutdown);
+            }
+            let now = self.now();
+            let lost = shared.slots.get(&request).and_then(|s| s.lost);
+            let result = match (lost, shared.endpoint.extend_lease(now, request, lease)) {
+                (Some(reason), _) => Err(UnlockError::Lost(reason)),
+                (None, Ok(())) => Ok(()),
+                (None, Err(_)) => Err(UnlockError::Lost(LockLostReason::LeaseExpired)),
+            };
             (result, shared.settle(now))
         };
         self.flush(effects);

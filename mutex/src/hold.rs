@@ -27,6 +27,8 @@ pub(crate) struct Params {
     pub(crate) mode: LockMode,
     pub(crate) wait: bool,
     pub(crate) timeout: Option<Duration>,
+    /// The hold's own lease.
+    pub(crate) lease: Option<Duration>,
     /// A fixed owner (reentrant handles), or `None` for a fresh one.
     pub(crate) owner: Option<u64>,
 }
@@ -66,6 +68,13 @@ impl Request {
         }
     }
 
+    /// Gives the hold a lease of its own; no effect once the request is registered.
+    pub(crate) fn set_lease(&mut self, lease: Duration) {
+        if let State::Idle(params) = &mut self.state {
+            params.lease = Some(lease);
+        }
+    }
+
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Hold, LockError>> {
         if let State::Idle(params) = &self.state {
             let params = params.clone();
@@ -76,6 +85,7 @@ impl Request {
                 mode: params.mode,
                 wait: params.wait,
                 timeout: params.timeout,
+                lease: params.lease,
             });
             match submitted {
                 Ok(request) => self.state = State::Waiting(request, params, owner),

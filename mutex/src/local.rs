@@ -39,7 +39,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_channel::Sender;
 use async_io::Timer;
@@ -88,6 +88,11 @@ struct Record {
     deadline: Option<Instant>,
     /// Wakes the waiting task at `deadline`.
     timer: Option<Timer>,
+    /// The hold's own lease, from its grant.
+    lease: Option<Duration>,
+    /// While held with a lease: when it runs out, and a timer that wakes the tasks watching
+    /// the hold (or waiting behind it) then.
+    lease_until: Option<(Instant, Timer)>,
     wakers: Vec<Waker>,
 }
 
@@ -153,6 +158,19 @@ impl LocalBackend {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Ends the holds whose own lease ran out and tells the lost-lock handlers.
+    fn expire_leases(&self) {
+        let (handlers, lost) = {
+            let mut state = self.lock();
+            let lost = state.expire_leases(&self.member, Instant::now());
+            if lost.is_empty() {
+                return;
+            }
+            (state.handlers.clone(), lost)
+        };
+        call_handlers(&handlers, &lost);
+    }
+
     fn owner_id(&self, local: u64) -> OwnerId {
         OwnerId {
             member: self.member.clone(),
@@ -177,6 +195,10 @@ impl State {
         entry.holders.push((request, record.mode));
         record.stage = Stage::Held(token);
         record.timer = None;
+        record.lease_until = record.lease.map(|d| {
+            let until = Instant::now() + d;
+            (until, Timer::at(until))
+        });
         record.wake();
         let event = LockEvent::Locked {
             name: record.name.clone(),
@@ -231,6 +253,65 @@ impl State {
         }
     }
 
+    /// Ends every hold whose own lease ran out at `now`: lost with
+    /// [`LockLostReason::LeaseExpired`] (event emitted, owner woken) before the lock goes to
+    /// the next waiter. Returns the losses for the handlers, to call without the state lock.
+    fn expire_leases(&mut self, member: &MemberId, now: Instant) -> Vec<LockLost> {
+        let expired: Vec<RequestId> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| matches!(r.stage, Stage::Held(_)))
+            .filter(|(_, r)| r.lease_until.as_ref().is_some_and(|(t, _)| *t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut lost = Vec::new();
+        for request in expired {
+            let Some(record) = self.requests.get_mut(&request) else {
+                continue;
+            };
+            let Stage::Held(token) = record.stage else {
+                continue;
+            };
+            let reason = LockLostReason::LeaseExpired;
+            record.stage = Stage::Lost(reason);
+            record.lease_until = None;
+            record.wake();
+            let owner = OwnerId {
+                member: member.clone(),
+                local: record.owner,
+            };
+            let name = record.name.clone();
+            lost.push(LockLost::new(name.clone(), owner.clone(), token, reason));
+            self.detach(request, &name);
+            self.emit(LockEvent::Lost {
+                name: name.clone(),
+                owner,
+                reason,
+            });
+            self.promote(member, &name, now);
+        }
+        lost
+    }
+
+    /// Registers `waker` to run when the first lease of a holder of `name` runs out.
+    fn watch_holder_leases(&mut self, name: &LockName, waker: &Waker) {
+        let Some(entry) = self.locks.get(name) else {
+            return;
+        };
+        let holders: Vec<RequestId> = entry.holders.iter().map(|(r, _)| *r).collect();
+        for request in holders {
+            if let Some(record) = self.requests.get_mut(&request) {
+                if record.lease_until.is_some() {
+                    record.register(waker);
+                    if let Some((_, timer)) = &mut record.lease_until {
+                        let mut cx = Context::from_waker(waker);
+                        let _ = Pin::new(timer).poll(&mut cx);
+                    }
+                }
+            }
+        }
+    }
+
     /// Removes `request` from its lock's holders or queue; returns whether it held.
     fn detach(&mut self, request: RequestId, name: &LockName) -> bool {
         let Some(entry) = self.locks.get_mut(name) else {
@@ -259,6 +340,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
+        self.expire_leases();
         let mut state = self.lock();
         if state.closed {
             return Err(LockError::Shutdown);
@@ -289,6 +371,8 @@ impl LockBackend for LocalBackend {
                 },
                 deadline,
                 timer: deadline.filter(|_| queued).map(Timer::at),
+                lease: request.lease,
+                lease_until: None,
                 wakers: Vec::new(),
             },
         );
@@ -311,6 +395,7 @@ impl LockBackend for LocalBackend {
         request: RequestId,
         cx: &mut Context<'_>,
     ) -> Poll<Result<FencingToken, LockError>> {
+        self.expire_leases();
         let mut state = self.lock();
         let Some(record) = state.requests.get_mut(&request) else {
             return Poll::Ready(Err(LockError::Shutdown));
@@ -339,6 +424,8 @@ impl LockBackend for LocalBackend {
             return Poll::Ready(Err(LockError::Timeout));
         }
         record.register(cx.waker());
+        let name = record.name.clone();
+        state.watch_holder_leases(&name, cx.waker());
         Poll::Pending
     }
 
@@ -359,6 +446,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn release(&self, request: RequestId) -> Result<(), UnlockError> {
+        self.expire_leases();
         let mut state = self.lock();
         let closed = state.closed;
         let Some(record) = state.requests.get_mut(&request) else {
@@ -406,7 +494,32 @@ impl LockBackend for LocalBackend {
         Poll::Ready(answer)
     }
 
+    fn extend_lease(&self, request: RequestId, lease: Duration) -> Result<(), UnlockError> {
+        self.expire_leases();
+        let mut state = self.lock();
+        let closed = state.closed;
+        match state.requests.get_mut(&request) {
+            Some(record) => match record.stage {
+                Stage::Held(_) => {
+                    if let Some((until, timer)) = &mut record.lease_until {
+                        let later = Instant::now() + lease;
+                        if later > *until {
+                            *until = later;
+                            timer.set_at(later);
+                        }
+                    }
+                    Ok(())
+                }
+                Stage::Lost(reason) => Err(UnlockError::Lost(reason)),
+                _ => Err(UnlockError::Shutdown),
+            },
+            None if closed => Err(UnlockError::Shutdown),
+            None => Err(UnlockError::Lost(LockLostReason::Shutdown)),
+        }
+    }
+
     fn status(&self, request: RequestId) -> LockStatus {
+        self.expire_leases();
         match self.lock().requests.get(&request).map(|r| &r.stage) {
             Some(Stage::Held(_)) => LockStatus::Held,
             _ => LockStatus::Lost,
@@ -414,6 +527,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn lost_reason(&self, request: RequestId) -> Option<LockLostReason> {
+        self.expire_leases();
         match self.lock().requests.get(&request).map(|r| &r.stage) {
             Some(Stage::Lost(reason)) => Some(*reason),
             _ => None,
@@ -421,12 +535,16 @@ impl LockBackend for LocalBackend {
     }
 
     fn poll_lost(&self, request: RequestId, cx: &mut Context<'_>) -> Poll<LockLostReason> {
+        self.expire_leases();
         let mut state = self.lock();
         match state.requests.get_mut(&request) {
             Some(record) => match record.stage {
                 Stage::Lost(reason) => Poll::Ready(reason),
                 Stage::Held(_) => {
                     record.register(cx.waker());
+                    if let Some((_, timer)) = &mut record.lease_until {
+                        let _ = Pin::new(timer).poll(cx);
+                    }
                     Poll::Pending
                 }
                 _ => Poll::Pending,
@@ -462,6 +580,8 @@ impl LockBackend for LocalBackend {
         _cx: &mut Context<'_>,
     ) -> Poll<Result<GrantorTable, LockError>> {
         // This process is the grantor: its table is the answer, now.
+        self.expire_leases();
+        let now = Instant::now();
         let state = self.lock();
         if state.closed {
             return Poll::Ready(Err(LockError::Shutdown));
@@ -486,6 +606,10 @@ impl LockBackend for LocalBackend {
                             owner: self.owner_id(record.owner),
                             mode: *mode,
                             token,
+                            lease_ms: record.lease_until.as_ref().map(|(t, _)| {
+                                let left = t.saturating_duration_since(now).as_millis();
+                                u64::try_from(left).unwrap_or(u64::MAX)
+                            }),
                         })
                     })
                     .collect(),
@@ -546,6 +670,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn holds(&self) -> Vec<HeldLock> {
+        self.expire_leases();
         let state = self.lock();
         state
             .requests
@@ -617,14 +742,7 @@ impl LockBackend for LocalBackend {
             }
             (state.handlers.clone(), lost)
         };
-        for event in &lost {
-            for handler in &handlers {
-                let call = std::panic::AssertUnwindSafe(|| handler(event));
-                if std::panic::catch_unwind(call).is_err() {
-                    tracing::error!(lock = %event.name, "a lost-lock handler panicked");
-                }
-            }
-        }
+        call_handlers(&handlers, &lost);
     }
 
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -636,6 +754,18 @@ impl LockBackend for LocalBackend {
                 state.closed_wakers.push(cx.waker().clone());
             }
             Poll::Pending
+        }
+    }
+}
+
+/// Calls every lost-lock handler for every loss; a handler that panics is logged, not fatal.
+fn call_handlers(handlers: &[LostHandler], lost: &[LockLost]) {
+    for event in lost {
+        for handler in handlers {
+            let call = std::panic::AssertUnwindSafe(|| handler(event));
+            if std::panic::catch_unwind(call).is_err() {
+                tracing::error!(lock = %event.name, "a lost-lock handler panicked");
+            }
         }
     }
 }

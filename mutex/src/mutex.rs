@@ -101,6 +101,48 @@ impl DistributedMutex {
         self.request(true, Some(timeout))
     }
 
+    /// [`DistributedMutex::lock`] with a lease of the hold: see [`Lock::lease`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use conclave::{LockLostReason, LockStatus, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// smol::block_on(async {
+    ///     let node = Node::local("docs")?;
+    ///     let mutex = node.mutex("report")?;
+    ///     let guard = mutex.lock_with_lease(Duration::from_millis(50)).await?;
+    ///     assert_eq!(guard.status(), LockStatus::Held);
+    ///     // The holder hangs on to it too long: the lease frees the lock.
+    ///     assert_eq!(guard.lost().await, LockLostReason::LeaseExpired);
+    ///     assert!(mutex.try_lock().await.is_ok());
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`DistributedMutex::lock`].
+    pub fn lock_with_lease(&self, lease: Duration) -> Lock {
+        self.lock().lease(lease)
+    }
+
+    /// [`DistributedMutex::try_lock`] with a lease of the hold: see [`Lock::lease`].
+    ///
+    /// # Errors
+    /// As [`DistributedMutex::try_lock`].
+    pub fn try_lock_with_lease(&self, lease: Duration) -> Lock {
+        self.try_lock().lease(lease)
+    }
+
+    /// [`DistributedMutex::lock_timeout`] with a lease of the hold: see [`Lock::lease`].
+    ///
+    /// # Errors
+    /// As [`DistributedMutex::lock_timeout`].
+    pub fn lock_timeout_with_lease(&self, timeout: Duration, lease: Duration) -> Lock {
+        self.lock_timeout(timeout).lease(lease)
+    }
+
     fn request(&self, wait: bool, timeout: Option<Duration>) -> Lock {
         Lock {
             request: Request::new(
@@ -110,6 +152,7 @@ impl DistributedMutex {
                     mode: LockMode::Exclusive,
                     wait,
                     timeout,
+                    lease: None,
                     owner: None,
                 },
             ),
@@ -123,6 +166,23 @@ impl DistributedMutex {
 #[must_use = "futures do nothing unless polled"]
 pub struct Lock {
     request: Request,
+}
+
+impl Lock {
+    /// Gives the hold a lease of its own: the grantor frees the lock `lease` after it grants
+    /// it, unless it was released before, so a holder that hangs or is cut off cannot keep it
+    /// for ever. The guard turns [`LockStatus::Lost`](crate::LockStatus::Lost), with
+    /// [`LockLostReason::LeaseExpired`](crate::LockLostReason::LeaseExpired), strictly before
+    /// the grantor's deadline, counted on this process's monotonic clock from a send time
+    /// before the grant and shortened by the clock-rate margin (`lease × lease / (lease +
+    /// lease_margin)` of the node's [`LockConfig`](crate::LockConfig): about 89% of it with
+    /// the defaults). Watch `guard.lost()`; `unlock()` after expiry answers
+    /// [`UnlockError::Lost`](crate::UnlockError::Lost). Call it before the first poll; a lease
+    /// set later has no effect. Leased requests are never served from a node cache.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.request.set_lease(lease);
+        self
+    }
 }
 
 impl Future for Lock {

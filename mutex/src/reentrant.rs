@@ -153,8 +153,33 @@ impl ReentrantLock {
             lock: self.clone(),
             wait,
             timeout,
+            lease: None,
             step: Step::Start,
         }
+    }
+
+    /// [`ReentrantLock::lock`] with a lease: see [`LockReentrant::lease`].
+    ///
+    /// # Errors
+    /// As [`ReentrantLock::lock`].
+    pub fn lock_with_lease(&self, lease: Duration) -> LockReentrant {
+        self.lock().lease(lease)
+    }
+
+    /// [`ReentrantLock::try_lock`] with a lease: see [`LockReentrant::lease`].
+    ///
+    /// # Errors
+    /// As [`ReentrantLock::try_lock`].
+    pub fn try_lock_with_lease(&self, lease: Duration) -> LockReentrant {
+        self.try_lock().lease(lease)
+    }
+
+    /// [`ReentrantLock::lock_timeout`] with a lease: see [`LockReentrant::lease`].
+    ///
+    /// # Errors
+    /// As [`ReentrantLock::lock_timeout`].
+    pub fn lock_timeout_with_lease(&self, timeout: Duration, lease: Duration) -> LockReentrant {
+        self.lock_timeout(timeout).lease(lease)
     }
 }
 
@@ -173,6 +198,7 @@ pub struct LockReentrant {
     lock: ReentrantLock,
     wait: bool,
     timeout: Option<Duration>,
+    lease: Option<Duration>,
     step: Step,
 }
 
@@ -209,6 +235,18 @@ impl Future for LockReentrant {
                             this.step = Step::Done;
                             return Poll::Ready(Err(LockError::Lost(reason)));
                         }
+                        if let Some(lease) = this.lease {
+                            if let Err(error) = handle.0.extend_lease(handle.1, lease) {
+                                drop(count);
+                                this.step = Step::Done;
+                                return Poll::Ready(Err(match error {
+                                    conclave_lock_api::UnlockError::Lost(reason) => {
+                                        LockError::Lost(reason)
+                                    }
+                                    _ => LockError::Shutdown,
+                                }));
+                            }
+                        }
                         let token = hold.token();
                         count.holds += 1;
                         drop(count);
@@ -230,6 +268,7 @@ impl Future for LockReentrant {
                             mode: LockMode::Exclusive,
                             wait: this.wait,
                             timeout: this.timeout,
+                            lease: this.lease,
                             owner: Some(this.lock.owner),
                         },
                     ));
@@ -261,6 +300,34 @@ impl Future for LockReentrant {
 }
 
 impl LockReentrant {
+    /// Gives the hold a lease of its own, as [`crate::Lock::lease`] does for a mutex. If this
+    /// owner holds the lock already, the re-lock extends the hold's lease to `max(remaining,
+    /// lease)` (the grantor is asked, and the holder's deadline moves once it confirmed); a
+    /// hold taken without a lease keeps none, and a re-lock without a lease leaves the lease
+    /// as it is.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use conclave::{LockStatus, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// smol::block_on(async {
+    ///     let node = Node::local("docs")?;
+    ///     let lock = node.reentrant_lock("job")?;
+    ///     let outer = lock.lock_with_lease(Duration::from_millis(30)).await?;
+    ///     let inner = lock.lock_with_lease(Duration::from_secs(60)).await?; // extends
+    ///     smol::Timer::after(Duration::from_millis(60)).await;
+    ///     assert_eq!(outer.status(), LockStatus::Held, "the re-lock extended the lease");
+    ///     drop((inner, outer));
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
     fn guard(&self, token: FencingToken, handle: (Backend, RequestId)) -> ReentrantGuard {
         ReentrantGuard {
             state: self.lock.state.clone(),

@@ -136,6 +136,7 @@ impl RwLock {
                 mode,
                 wait,
                 timeout,
+                lease: None,
                 owner: None,
             },
         )
@@ -146,6 +147,23 @@ impl RwLock {
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct Read(Request);
+
+impl Read {
+    /// Gives the hold a lease of its own: the grantor frees the lock `lease` after it grants
+    /// it, unless it was released before, so a holder that hangs or is cut off cannot keep it
+    /// for ever. The guard turns [`LockStatus::Lost`](crate::LockStatus::Lost), with
+    /// [`LockLostReason::LeaseExpired`](crate::LockLostReason::LeaseExpired), strictly before
+    /// the grantor's deadline, counted on this process's monotonic clock from a send time
+    /// before the grant and shortened by the clock-rate margin (`lease × lease / (lease +
+    /// lease_margin)` of the node's [`LockConfig`](crate::LockConfig): about 89% of it with
+    /// the defaults). Watch `guard.lost()`; `unlock()` after expiry answers
+    /// [`UnlockError::Lost`](crate::UnlockError::Lost). Call it before the first poll; a lease
+    /// set later has no effect. Leased requests are never served from a node cache.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.0.set_lease(lease);
+        self
+    }
+}
 
 impl Future for Read {
     type Output = Result<RwLockGuard, LockError>;
@@ -161,6 +179,14 @@ impl Future for Read {
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct Write(Request);
+
+impl Write {
+    /// Gives the hold a lease of its own: see [`Read::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.0.set_lease(lease);
+        self
+    }
+}
 
 impl Future for Write {
     type Output = Result<RwLockGuard, LockError>;

@@ -261,6 +261,7 @@ fn report_len(node: &Node) -> usize {
             owner: h.owner,
             mode: h.mode,
             token: h.token,
+            lease_ms: None,
         })
         .collect();
     let report = wire::Message::Lock(wire::LockMessage::LockInfoResponse {

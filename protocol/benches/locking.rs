@@ -91,6 +91,7 @@ fn reconciliation(c: &mut Criterion) {
                     },
                     mode: LockMode::Exclusive,
                     token: FencingToken::new(6, (m * 100) as u32 + l as u32),
+                    lease_ms: None,
                 })
                 .collect();
             let report = LockMessage::LockInfoResponse {

@@ -88,6 +88,8 @@ pub struct EndpointStats {
     pub grantor: GrantorStats,
     /// Node-level caching counters.
     pub cache: crate::locking::CacheStats,
+    /// Holds of this member lost because their own lease (`lock_with_lease`) ran out.
+    pub leases_expired: u64,
     /// Datagrams dropped because they belong to another cluster.
     pub dropped_foreign: u64,
     /// Datagrams dropped because of an unsupported protocol version.
@@ -247,6 +249,7 @@ impl Endpoint {
             reliable: self.reliable.stats(),
             grantor: self.locks.grantor_stats(),
             cache: self.locks.cache_stats(),
+            leases_expired: self.locks.leases_expired(),
             ..self.stats.clone()
         }
     }
@@ -294,6 +297,22 @@ impl Endpoint {
     /// [`NotHeld`] if the request holds no lock here.
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
         self.locks.unlock(now, request)?;
+        self.pump(now);
+        Ok(())
+    }
+
+    /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
+    /// See [`LockService::extend_lease`].
+    ///
+    /// # Errors
+    /// [`NotHeld`] if `request` holds nothing here.
+    pub fn extend_lease(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        lease: std::time::Duration,
+    ) -> Result<(), NotHeld> {
+        self.locks.extend_lease(now, request, lease)?;
         self.pump(now);
         Ok(())
     }

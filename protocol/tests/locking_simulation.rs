@@ -414,6 +414,64 @@ fn cached_seeds_run_clean() {
     }
 }
 
+fn with_leases(mut config: SimConfig) -> SimConfig {
+    if let Some(workload) = config.workload.as_mut() {
+        workload.leased = 0.4;
+    }
+    config
+}
+
+/// The lease band: 40% of waiting requests ask for a lease of their own (20 ms up to the
+/// longest hold), both policies, gentle and harsh (`CONCLAVE_LEASE_SEEDS` /
+/// `CONCLAVE_LEASE_HARSH_SEEDS` per policy). The exclusion checker judges every holder on its
+/// own clock, paused ones too: a holder past its lease must believe it lost before the grantor
+/// frees the lock and grants it again.
+#[test]
+fn leased_seeds_run_clean() {
+    let gentle = env_u64(
+        "CONCLAVE_LEASE_SEEDS",
+        if cfg!(debug_assertions) { 10 } else { 200 },
+    );
+    let harsh = env_u64(
+        "CONCLAVE_LEASE_HARSH_SEEDS",
+        if cfg!(debug_assertions) { 5 } else { 60 },
+    );
+    for policy in [PartitionPolicy::Available, MAJORITY] {
+        let name = format!("{policy:?}, leases");
+        let total = assert_clean(
+            &name,
+            run_seeds(&with_leases(SimConfig::locking(policy)), &[], gentle),
+        );
+        let harsh_name = format!("{policy:?}, leases (harsh)");
+        let harsh_total = assert_clean(
+            &harsh_name,
+            run_seeds(&with_leases(SimConfig::locking_harsh(policy)), &[], harsh),
+        );
+        assert_harsh(&harsh_name, &harsh_total);
+        for (name, t) in [(&name, &total), (&harsh_name, &harsh_total)] {
+            assert!(t.leases_expired > 0, "{name}: no lease expired at a holder");
+        }
+        assert!(
+            harsh_total.grantor.lease_expiries > 0,
+            "{harsh_name}: no lease expired at a grantor"
+        );
+    }
+}
+
+#[test]
+fn a_holder_that_counts_its_lease_from_the_grant_is_caught() {
+    let config = SimConfig {
+        lock_sabotage: LockSabotage {
+            lease_from_receipt: true,
+            ..LockSabotage::default()
+        },
+        ..with_leases(SimConfig::locking_harsh(PartitionPolicy::Available))
+    };
+    let found = (1..=60).find_map(|seed| sim::run(seed, &config).err());
+    let violation = found.expect("a checker catches a lease counted from the grant's arrival");
+    assert!(violation.invariant.contains("mutual"), "{violation}");
+}
+
 #[test]
 fn granting_from_a_returned_node_grant_is_caught() {
     let config = SimConfig {

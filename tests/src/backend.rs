@@ -561,3 +561,80 @@ pub async fn shutdown(mut nodes: Vec<Node>) {
     drop(held);
     leave_all(nodes).await;
 }
+
+/// A hold with a lease of its own: its owner is told it is lost (`LeaseExpired`) no later
+/// than the lock goes to the next waiter; `unlock` afterwards reports the loss; the table
+/// shows what is left of a lease; a reentrant re-lock with a longer lease extends it.
+pub async fn leases(nodes: Vec<Node>) {
+    let holder = at(&nodes, 0).mutex("leased").unwrap();
+    let other = at(&nodes, 1).mutex("leased").unwrap();
+    let lease = Duration::from_millis(400);
+    let guard = within(WAIT, "leased lock", holder.lock_with_lease(lease))
+        .await
+        .unwrap();
+    assert_eq!(guard.status(), LockStatus::Held);
+    let table = within(WAIT, "table", at(&nodes, 2).lock_table())
+        .await
+        .unwrap();
+    let entry = table
+        .locks
+        .iter()
+        .find(|l| l.name.as_str() == "leased")
+        .expect("the leased lock is in the table");
+    let left = entry.holders[0]
+        .lease_ms
+        .expect("the table shows the lease");
+    assert!(left <= 400, "{left} ms left of a 400 ms lease");
+    // The holder never releases: the lease frees the lock for the waiter.
+    let lost = guard.lost();
+    let (told, granted) = within(
+        WAIT,
+        "lease expiry and the next grant",
+        futures::future::join(async { (lost.await, std::time::Instant::now()) }, async {
+            (other.lock().await, std::time::Instant::now())
+        }),
+    )
+    .await;
+    assert_eq!(told.0, LockLostReason::LeaseExpired);
+    let next = granted
+        .0
+        .expect("the waiter is granted once the lease ran out");
+    assert!(
+        told.1 <= granted.1,
+        "the holder was told after the next grant"
+    );
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert_eq!(guard.status(), LockStatus::Lost);
+    assert_eq!(
+        within(WAIT, "unlock after expiry", guard.unlock()).await,
+        Err(UnlockError::Lost(LockLostReason::LeaseExpired))
+    );
+    drop(next);
+
+    // A reentrant re-lock with a longer lease extends the hold's lease.
+    let lock = at(&nodes, 0).reentrant_lock("leased-reentrant").unwrap();
+    let rival = at(&nodes, 1).reentrant_lock("leased-reentrant").unwrap();
+    let outer = within(WAIT, "leased lock", lock.lock_with_lease(lease))
+        .await
+        .unwrap();
+    let inner = within(WAIT, "re-lock", lock.lock_with_lease(WAIT * 2))
+        .await
+        .unwrap();
+    // Let the first lease run out (time passing is what is tested here).
+    within(WAIT, "pause", async_io::Timer::after(lease * 2)).await;
+    assert_eq!(
+        outer.status(),
+        LockStatus::Held,
+        "the re-lock extended the lease"
+    );
+    assert_eq!(
+        within(WAIT, "another owner", rival.try_lock())
+            .await
+            .unwrap_err(),
+        LockError::WouldBlock
+    );
+    drop((inner, outer));
+    let theirs = within(WAIT, "the other owner", rival.lock()).await.unwrap();
+    drop(theirs);
+    leave_all(nodes).await;
+}

@@ -197,6 +197,10 @@ pub struct TableHolder {
     pub mode: LockMode,
     /// The fencing token of its grant.
     pub token: FencingToken,
+    /// What remains of the hold's lease on the grantor's clock when the table was taken, in
+    /// milliseconds (`None`: the hold has no lease of its own and lasts until released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// A waiter in a [`TableLock`].
@@ -221,6 +225,11 @@ pub struct HeldLock {
     pub mode: LockMode,
     /// The fencing token of the grant.
     pub token: FencingToken,
+    /// What remains of the hold's own lease on the holder's clock when the report was sent,
+    /// in milliseconds (`None`: no lease of its own). A new grantor frees the lock once this
+    /// much (scaled up by the clock-rate margin) has passed on its own clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// A lock request still waiting for an answer, reported during reconciliation.
@@ -236,6 +245,9 @@ pub struct PendingRequest {
     pub mode: LockMode,
     /// Whether the request waits in the queue (`false` for a try-lock).
     pub wait: bool,
+    /// The lease asked for the hold, in milliseconds (`None`: until released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// A release not yet acknowledged by a grantor, reported during reconciliation.
@@ -276,6 +288,23 @@ pub enum LockMessage {
         wait: bool,
         /// The client's send stamp of this copy (see [`LockMessage::Renew`]); 0 for none.
         #[serde(default)]
+        stamp: u64,
+        /// A lease for the hold, in milliseconds: the grantor frees the lock this long after
+        /// it grants it unless it was released before (`None`: held until released).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
+    },
+    /// Client → grantor: extend the lease of a hold to at least `lease_ms` from now (a
+    /// reentrant re-lock with a lease). Answered, if the grantor has the hold, by
+    /// [`LockMessage::Renewed`] naming the stamp and the request.
+    ExtendLease {
+        /// The request that acquired the hold.
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The new lease, in milliseconds from when the grantor receives this.
+        lease_ms: u64,
+        /// The client's send stamp; the client's own deadline runs from the stamp's send time.
         stamp: u64,
     },
     /// Client → grantor (`Majority` only): renew the leases of these holds. The client

@@ -196,6 +196,7 @@ impl LockService {
             request.mode,
             true,
             None,
+            None,
             &mut self.outbox,
         );
         self.cache.stats.node_grants_asked += 1;
@@ -342,6 +343,7 @@ impl LockService {
                 mode,
                 true,
                 timeout,
+                None,
                 &mut self.outbox,
             );
         }
@@ -636,9 +638,7 @@ impl LockService {
         Some(
             self.client
                 .held_lock(hold.grant)
-                .map_or(super::HoldStatus::Lost, |h| {
-                    self.hold_status(now, h.leased_from)
-                }),
+                .map_or(super::HoldStatus::Lost, |h| self.hold_status(now, h)),
         )
     }
 
@@ -657,7 +657,7 @@ impl LockService {
                     token: hold.token,
                     granted_in: grant.granted_in,
                     granted_by: grant.granted_by.clone(),
-                    status: self.hold_status(now, grant.leased_from),
+                    status: self.hold_status(now, grant),
                 })
             })
             .collect()

@@ -6,6 +6,7 @@
 //! and is resent to, and reported to, a new grantor (JGroups lost unlocks here: JGRP-2234).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
 use conclave_lock_api::{
@@ -32,6 +33,8 @@ struct Pending {
     given_back: BTreeMap<MemberId, FencingToken>,
     /// The owner was told the request is queued (at most once).
     told_queued: bool,
+    /// The hold's own lease (`lock_with_lease`).
+    lease: Option<Duration>,
 }
 
 /// A lock this member holds.
@@ -55,6 +58,12 @@ pub(crate) struct Held {
     pub(crate) leased_from: Instant,
     /// A node grant whose grantor reserved its token block (see `cache`).
     pub(crate) cached: bool,
+    /// The hold's own lease runs out then on this member's clock: before the grantor's
+    /// deadline, which runs from the grant (later than the send time this one runs from) and
+    /// is not shortened by the clock-rate margin. `None`: held until released.
+    pub(crate) lease_until: Option<Instant>,
+    /// A lease extension sent and not yet confirmed: its stamp and the lease asked for.
+    extending: Option<(u64, Duration)>,
 }
 
 /// A release not yet acknowledged.
@@ -86,6 +95,11 @@ pub(crate) struct Client {
     pub(crate) forget_releases: bool,
     /// Sabotage: leases run from receipt, not from the stamp's send time.
     pub(crate) anchor_at_receipt: bool,
+    /// Per-acquisition leases: a lease of `d` lasts `d × .0 / .1` on this member's clock
+    /// (`lease / (lease + lease_margin)`: the clock-rate margin).
+    pub(crate) drift: (Duration, Duration),
+    /// Sabotage: a hold's own lease runs, whole, from the grant's arrival.
+    pub(crate) lease_from_receipt: bool,
 }
 
 /// Stamps remembered at most (older ones are past any lease anyway).
@@ -107,6 +121,8 @@ impl Client {
             epoch: 0,
             forget_releases: false,
             anchor_at_receipt: false,
+            drift: (Duration::from_secs(1), Duration::from_secs(1)),
+            lease_from_receipt: false,
         }
     }
 
@@ -192,10 +208,11 @@ impl Client {
         mode: LockMode,
         wait: bool,
         timeout: Option<std::time::Duration>,
+        lease: Option<Duration>,
         out: &mut Outbox,
     ) -> RequestId {
         let request = self.next_id();
-        self.lock_with_id(now, request, owner, name, mode, wait, timeout, out);
+        self.lock_with_id(now, request, owner, name, mode, wait, timeout, lease, out);
         request
     }
 
@@ -211,6 +228,7 @@ impl Client {
         mode: LockMode,
         wait: bool,
         timeout: Option<std::time::Duration>,
+        lease: Option<Duration>,
         out: &mut Outbox,
     ) {
         let mut pending = Pending {
@@ -222,6 +240,7 @@ impl Client {
             sent: false,
             given_back: BTreeMap::new(),
             told_queued: false,
+            lease,
         };
         if let Some(grantor) = self.grantor.clone() {
             let message = self.lock_message(now, request, &pending);
@@ -239,6 +258,7 @@ impl Client {
             mode: p.mode,
             wait: p.wait,
             stamp: self.stamp(now),
+            lease_ms: p.lease.map(millis_up),
         }
     }
 
@@ -265,6 +285,82 @@ impl Client {
     /// Whether there is anything to renew.
     pub(crate) fn wants_renewal(&self) -> bool {
         !self.held.is_empty() || !self.pending.is_empty()
+    }
+
+    /// Whether a request with a lease of its own waits: its grant's lease will run from the
+    /// newest stamp the grantor has, so renewals keep that stamp recent under any policy.
+    pub(crate) fn has_leased_pending(&self) -> bool {
+        self.pending.values().any(|p| p.lease.is_some())
+    }
+
+    /// A hold's own lease, `d` on the grantor's clock, as this member counts it.
+    fn holder_share(&self, d: Duration) -> Duration {
+        super::lease::scale(d, self.drift.0, self.drift.1)
+    }
+
+    /// Loses every hold whose own lease ran out at `now` (reported, and released at the
+    /// grantor like an unlock).
+    pub(crate) fn expire_acquisition_leases(
+        &mut self,
+        now: Instant,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) -> u64 {
+        let expired: Vec<RequestId> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.lease_until.is_some_and(|t| now >= t))
+            .map(|(r, _)| *r)
+            .collect();
+        for request in &expired {
+            self.lose(*request, LockLostReason::LeaseExpired, out, notices);
+        }
+        expired.len() as u64
+    }
+
+    /// The earliest instant a hold's own lease runs out.
+    pub(crate) fn next_acquisition_expiry(&self) -> Option<Instant> {
+        self.held.values().filter_map(|h| h.lease_until).min()
+    }
+
+    /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
+    /// Asks the grantor when `lease` reaches past the current deadline; the deadline moves
+    /// once the grantor confirms. A hold without a lease keeps none. Returns whether the hold
+    /// exists.
+    pub(crate) fn extend_lease(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        lease: Duration,
+        out: &mut Outbox,
+    ) -> bool {
+        let Some(h) = self.held.get(&request) else {
+            return false;
+        };
+        let Some(until) = h.lease_until else {
+            return true;
+        };
+        if now + self.holder_share(lease) <= until {
+            return true;
+        }
+        let name = h.name.clone();
+        let stamp = self.stamp(now);
+        if let Some(h) = self.held.get_mut(&request) {
+            let asked = h.extending.map_or(lease, |(_, d)| d.max(lease));
+            h.extending = Some((stamp, asked));
+            if let Some(grantor) = self.grantor.clone() {
+                out.push_back((
+                    grantor,
+                    LockMessage::ExtendLease {
+                        request,
+                        name,
+                        lease_ms: millis_up(asked),
+                        stamp,
+                    },
+                ));
+            }
+        }
+        true
     }
 
     /// `Majority`: loses every hold whose lease ran out at `now` (reported, and released at
@@ -372,6 +468,26 @@ impl Client {
             for (request, release) in &self.releases {
                 out.push_back((grantor.clone(), self.unlock_message(*request, release)));
             }
+        }
+        let extending: Vec<(RequestId, LockName, Duration)> = self
+            .held
+            .iter()
+            .filter_map(|(r, h)| h.extending.map(|(_, d)| (*r, h.name.clone(), d)))
+            .collect();
+        for (request, name, lease) in extending {
+            let stamp = self.stamp(now);
+            if let Some(h) = self.held.get_mut(&request) {
+                h.extending = Some((stamp, lease));
+            }
+            out.push_back((
+                grantor.clone(),
+                LockMessage::ExtendLease {
+                    request,
+                    name,
+                    lease_ms: millis_up(lease),
+                    stamp,
+                },
+            ));
         }
         if moved {
             // A grantor we come (back) to may still hold what we released elsewhere meanwhile
@@ -567,6 +683,33 @@ impl Client {
                         }
                     },
                 };
+                let lease_until = match self.pending.get(&request).and_then(|p| p.lease) {
+                    None => None,
+                    Some(d) if self.lease_from_receipt => Some(now + d),
+                    Some(d) => match self.stamp_time(stamp) {
+                        Some(sent) if now < sent + self.holder_share(d) => {
+                            Some(sent + self.holder_share(d))
+                        }
+                        _ => {
+                            // The hold's own lease ran out before its grant arrived (or its
+                            // start is unknown): give it back and ask again.
+                            debug!(%request, lock = %name, "grant arrived after its own lease; asking again");
+                            notices.push_back(self.unexpected(
+                                request,
+                                &name,
+                                token,
+                                UnexpectedGrant::LeaseRanOut,
+                            ));
+                            self.note_given_back(from, request, token);
+                            out.push_back((from.clone(), self.give_back(request, name, token)));
+                            if let Some(pending) = self.pending.get(&request).cloned() {
+                                let message = self.lock_message(now, request, &pending);
+                                out.push_back((from.clone(), message));
+                            }
+                            return;
+                        }
+                    },
+                };
                 let Some(pending) = self.pending.remove(&request) else {
                     return;
                 };
@@ -582,6 +725,8 @@ impl Client {
                         table_token: token,
                         leased_from,
                         cached,
+                        lease_until,
+                        extending: None,
                     },
                 );
                 notices.push_back(LockNotice::Granted {
@@ -615,8 +760,17 @@ impl Client {
                 };
                 let sent = if self.anchor_at_receipt { now } else { sent };
                 for request in held {
-                    if let Some(h) = self.held.get_mut(&request) {
-                        h.leased_from = h.leased_from.max(sent);
+                    let Some(h) = self.held.get_mut(&request) else {
+                        continue;
+                    };
+                    h.leased_from = h.leased_from.max(sent);
+                    if let Some((ext_stamp, lease)) = h.extending {
+                        if ext_stamp == stamp {
+                            h.extending = None;
+                            let until =
+                                sent + super::lease::scale(lease, self.drift.0, self.drift.1);
+                            h.lease_until = h.lease_until.map(|t| t.max(until));
+                        }
                     }
                 }
             }
@@ -680,7 +834,7 @@ impl Client {
                 // installed that view, which a `Majority` grantor needs from a majority before
                 // its epoch may appear in fencing tokens.
                 if from_grantor && epoch == self.epoch {
-                    out.push_back((from.clone(), self.report(epoch)));
+                    out.push_back((from.clone(), self.report(now, epoch)));
                 }
             }
             LockMessage::Lock { .. }
@@ -692,6 +846,7 @@ impl Client {
             | LockMessage::TableRequest { .. }
             | LockMessage::Table { .. }
             | LockMessage::Holding { .. }
+            | LockMessage::ExtendLease { .. }
             | LockMessage::Revoke { .. } => {}
         }
     }
@@ -736,7 +891,7 @@ impl Client {
     }
 
     /// What this member holds, waits for and releases: its reconciliation report.
-    pub(crate) fn report(&self, epoch: u64) -> LockMessage {
+    pub(crate) fn report(&self, now: Instant, epoch: u64) -> LockMessage {
         LockMessage::LockInfoResponse {
             epoch,
             held: self
@@ -748,6 +903,9 @@ impl Client {
                     owner: self.owner(h.owner),
                     mode: h.mode,
                     token: h.table_token,
+                    lease_ms: h
+                        .lease_until
+                        .map(|t| millis_up(t.saturating_duration_since(now))),
                 })
                 .collect(),
             pending: self
@@ -759,6 +917,7 @@ impl Client {
                     owner: self.owner(p.owner),
                     mode: p.mode,
                     wait: p.wait,
+                    lease_ms: p.lease.map(millis_up),
                 })
                 .collect(),
             releases: if self.forget_releases {
@@ -776,4 +935,10 @@ impl Client {
             },
         }
     }
+}
+
+/// `d` in whole milliseconds, rounded up (a lease is never sent shorter than asked).
+fn millis_up(d: Duration) -> u64 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }

@@ -39,6 +39,9 @@ pub(crate) struct Ctx<'a> {
     /// `Majority`: the cluster size; reconciliation needs reports from a strict majority of
     /// it (members that installed the grantor's view) before the grantor may serve.
     pub(crate) quorum: Option<usize>,
+    /// Per-acquisition leases: a duration a holder counted on its clock lasts at most
+    /// `d × .0 / .1` on ours (the clock-rate margin, `(lease + lease_margin) / lease`).
+    pub(crate) drift: (Duration, Duration),
 }
 
 /// One member's reconciliation report.
@@ -86,6 +89,8 @@ pub struct GrantorStats {
     pub delegations: u64,
     /// Revokes of read delegations (by a writer, or after a reconciliation).
     pub delegation_revocations: u64,
+    /// Holds freed because their own lease (`lock_with_lease`) ran out before their release.
+    pub lease_expiries: u64,
 }
 
 /// The most locks whose last write is remembered (for the delegation grace).
@@ -245,7 +250,10 @@ impl Grantor {
             debug!(%from, "lock message from a non-member; dropped");
             return;
         }
-        if let LockMessage::Lock { stamp, .. } | LockMessage::Renew { stamp, .. } = &message {
+        if let LockMessage::Lock { stamp, .. }
+        | LockMessage::Renew { stamp, .. }
+        | LockMessage::ExtendLease { stamp, .. } = &message
+        {
             let newest = self.stamps.entry(from.clone()).or_insert(*stamp);
             *newest = (*newest).max(*stamp);
         }
@@ -331,7 +339,23 @@ impl Grantor {
             }
             return;
         }
+        self.expire_leases(ctx, out);
         self.promote_all(ctx, out);
+    }
+
+    /// Frees every hold whose own lease ran out. Its holder has already counted it lost on its
+    /// own clock (its deadline runs from a send time before the grant, shortened by the
+    /// clock-rate margin); a release it sends later is acknowledged as usual.
+    fn expire_leases(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
+        if !self.is_serving() {
+            return;
+        }
+        for (name, holder) in self.table.expire_leases(ctx.now) {
+            info!(lock = %name, owner = %holder.owner, token = %holder.token, "lease ran out; lock freed");
+            self.stats.lease_expiries += 1;
+            self.promote(ctx, &name, out);
+            self.table.forget_if_unused(&name, ctx.now);
+        }
     }
 
     pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
@@ -342,10 +366,14 @@ impl Grantor {
                 let grace = self
                     .grace_until
                     .filter(|t| *t > now && self.table.waiting() > 0);
-                [grace, self.table.next_not_before(now)]
-                    .into_iter()
-                    .flatten()
-                    .min()
+                [
+                    grace,
+                    self.table.next_not_before(now),
+                    self.table.next_lease_expiry(),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
             }
         }
     }
@@ -371,7 +399,7 @@ impl Grantor {
             .filter(|(m, _)| ctx.view.contains(m))
             .collect();
         reports.sort_by_key(|(m, _)| ctx.view.rank(m));
-        self.settle_held(&reports, out);
+        self.settle_held(ctx, &reports, out);
         for (member, report) in reports {
             self.apply_releases_and_requests(ctx, &member, report, out);
         }
@@ -388,14 +416,14 @@ impl Grantor {
     /// Merges a report that arrived after its reconciliation finished.
     fn merge_report(&mut self, ctx: &Ctx<'_>, member: &MemberId, report: Report, out: &mut Outbox) {
         let reports = [(member.clone(), report)];
-        self.settle_held(&reports, out);
+        self.settle_held(ctx, &reports, out);
         let [(member, report)] = reports;
         self.apply_releases_and_requests(ctx, &member, report, out);
     }
 
     /// Adds the locks the reports say are held (each member speaks only for its own owners)
     /// to the table, lock by lock, through the duplicate rule.
-    fn settle_held(&mut self, reports: &[(MemberId, Report)], out: &mut Outbox) {
+    fn settle_held(&mut self, ctx: &Ctx<'_>, reports: &[(MemberId, Report)], out: &mut Outbox) {
         let mut by_name: BTreeMap<LockName, Vec<Holder>> = BTreeMap::new();
         for (member, report) in reports {
             for h in &report.held {
@@ -404,7 +432,7 @@ impl Grantor {
                     by_name
                         .entry(h.name.clone())
                         .or_default()
-                        .push(holder_of(h));
+                        .push(holder_of(h, ctx));
                 }
             }
         }
@@ -473,6 +501,7 @@ impl Grantor {
                         mode: p.mode,
                         wait: p.wait,
                         stamp: 0,
+                        lease_ms: p.lease_ms,
                     },
                     out,
                 );
@@ -489,6 +518,7 @@ impl Grantor {
                 owner,
                 mode,
                 wait,
+                lease_ms,
                 ..
             } => {
                 if owner.member != *from {
@@ -509,6 +539,7 @@ impl Grantor {
                         owner,
                         mode,
                         request,
+                        lease: lease_ms.map(Duration::from_millis),
                     };
                     let free = self.table.can_grant_now(&name, mode, ctx.now);
                     if !(self.may_grant(ctx) && free) {
@@ -536,7 +567,7 @@ impl Grantor {
                         }
                         return;
                     }
-                    let token = self.table.grant(&name, waiter, self.epoch);
+                    let token = self.table.grant(&name, waiter, self.epoch, ctx.now);
                     self.log_grant(&name, token);
                     self.note_write(&name, mode, ctx.now);
                     token
@@ -571,6 +602,23 @@ impl Grantor {
                 }
             }
             LockMessage::Holding { .. } => {}
+            LockMessage::ExtendLease {
+                request,
+                lease_ms,
+                stamp,
+                ..
+            } => {
+                let lease = Duration::from_millis(lease_ms);
+                if self.table.extend_lease(from, request, ctx.now, lease) && ctx.lease_ok {
+                    out.push_back((
+                        from.clone(),
+                        LockMessage::Renewed {
+                            stamp,
+                            held: vec![request],
+                        },
+                    ));
+                }
+            }
             LockMessage::Cancel { request, name } => {
                 let was_holder = self.table.withdraw(&name, from, request).is_none()
                     && self.table.release(&name, from, request).is_some();
@@ -755,12 +803,18 @@ fn has_quorum(ctx: &Ctx<'_>, r: &Reconciliation) -> bool {
         .is_none_or(|cluster_size| r.reports.len() * 2 > cluster_size)
 }
 
-fn holder_of(h: &HeldLock) -> Holder {
+/// A holder as a member reported it. Its remaining lease was counted on the holder's clock
+/// when it sent the report, before now: counted from now and scaled up by the clock-rate
+/// margin, it runs out after the holder's own deadline.
+fn holder_of(h: &HeldLock, ctx: &Ctx<'_>) -> Holder {
     Holder {
         owner: h.owner.clone(),
         mode: h.mode,
         token: h.token,
         request: h.request,
+        lease_until: h.lease_ms.map(|ms| {
+            ctx.now + super::lease::scale(Duration::from_millis(ms), ctx.drift.0, ctx.drift.1)
+        }),
     }
 }
 
@@ -794,6 +848,7 @@ mod tests {
 
     fn holder(member: u8, token: u64, mode: LockMode) -> Holder {
         Holder {
+            lease_until: None,
             owner: OwnerId {
                 member: MemberId::new(
                     u128::from(member),

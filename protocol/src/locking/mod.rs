@@ -77,6 +77,11 @@ pub struct LockRequest {
     pub wait: bool,
     /// Give up after this long (the request is withdrawn at the grantor).
     pub timeout: Option<Duration>,
+    /// The hold's own lease: the grantor frees the lock this long after it grants it, unless
+    /// it is released first; the holder counts it lost earlier (see
+    /// [`LockService::lock`]). `None`: held until released. Leased requests bypass node
+    /// caching.
+    pub lease: Option<Duration>,
 }
 
 impl LockRequest {
@@ -88,6 +93,7 @@ impl LockRequest {
             mode: LockMode::Exclusive,
             wait: true,
             timeout: None,
+            lease: None,
         }
     }
 }
@@ -259,6 +265,9 @@ pub struct LockSabotage {
     pub cache_after_return: bool,
     /// Read delegations: grant a writer over read delegations without revoking them first.
     pub grant_over_delegations: bool,
+    /// Leases per acquisition: the holder counts its lease, whole, from when the grant
+    /// arrived (not from a send time before the grant, shortened by the clock-rate margin).
+    pub lease_from_receipt: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -300,14 +309,18 @@ pub struct LockService {
     /// Table queries waiting for their answer, and the grantor asked.
     queries: BTreeMap<u64, MemberId>,
     next_query: u64,
+    /// Holds this member lost because their own lease ran out.
+    acquisition_leases_expired: u64,
 }
 
 impl LockService {
     /// A member's locking state; it does nothing until the first view.
     pub fn new(local: MemberId, config: LockConfig) -> Self {
         let lease = config.policy.is_majority().then_some(config.lease);
+        let mut client = Client::new(local.clone(), lease);
+        client.drift = (config.lease, config.lease + config.lease_margin);
         Self {
-            client: Client::new(local.clone(), lease),
+            client,
             grantor: {
                 let mut grantor = Grantor::new(local.clone());
                 grantor.delegation_grace = config.node_cache.delegation_grace;
@@ -333,6 +346,7 @@ impl LockService {
             announcement: None,
             queries: BTreeMap::new(),
             next_query: 1,
+            acquisition_leases_expired: 0,
         }
     }
 
@@ -348,6 +362,7 @@ impl LockService {
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
         self.cache.serve_after_return = sabotage.cache_after_return;
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
+        self.client.lease_from_receipt = sabotage.lease_from_receipt;
     }
 
     /// The configuration.
@@ -357,12 +372,20 @@ impl LockService {
 
     /// Asks for a lock. The request is registered before anything is sent, so it can be
     /// cancelled at once; the answer comes as a [`LockNotice`].
+    ///
+    /// With [`LockRequest::lease`] `d`, the grantor frees the lock `d` after it grants it on
+    /// its clock, and this member reports the hold [`LockNotice::Lost`]
+    /// ([`LockLostReason::LeaseExpired`]) strictly before that: at `s + d × lease / (lease +
+    /// lease_margin)` on its own clock, where `s` is when it sent the newest message the
+    /// grantor had received when it granted (while the request waits, renewals every
+    /// `suspend_after / 2` keep `s` recent). Only clock *rates* matter, within the margin of
+    /// [`LockConfig::lease_margin`].
     pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
         self.enter(now);
         let refuse_at_once = self.minority_since.is_some_and(|since| {
             !request.wait || now.saturating_duration_since(since) >= self.config.lease
         });
-        if !refuse_at_once {
+        if !refuse_at_once && request.lease.is_none() {
             if let Some(id) = self.cache_lock(now, &request) {
                 self.arm_renewal(now);
                 self.pump(now);
@@ -376,6 +399,7 @@ impl LockService {
             request.mode,
             request.wait,
             request.timeout,
+            request.lease,
             &mut self.outbox,
         );
         if refuse_at_once {
@@ -441,6 +465,31 @@ impl LockService {
             return Ok(());
         }
         if !self.client.unlock(request, &mut self.outbox) {
+            return Err(NotHeld(request));
+        }
+        self.pump(now);
+        Ok(())
+    }
+
+    /// A reentrant re-lock with a lease: the lease of the hold of `request` becomes
+    /// `max(remaining, lease)` (a hold without a lease keeps none). When `lease` reaches past
+    /// the current deadline the grantor is asked, and this member's deadline moves once it
+    /// confirms (to `s + lease × lease / (lease + lease_margin)`, `s` the send time of the
+    /// ask), so the grantor's deadline is always the later one.
+    ///
+    /// # Errors
+    /// [`NotHeld`] if `request` holds nothing here.
+    pub fn extend_lease(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        lease: Duration,
+    ) -> Result<(), NotHeld> {
+        self.enter(now);
+        if !self
+            .client
+            .extend_lease(now, request, lease, &mut self.outbox)
+        {
             return Err(NotHeld(request));
         }
         self.pump(now);
@@ -698,12 +747,16 @@ impl LockService {
         self.refuse_waits_in_minority(now);
         self.refresh_own_support(now);
         self.tick_grantor(now);
-        if self.config.policy.is_majority() && self.next_renew.is_some_and(|t| now >= t) {
+        if self.next_renew.is_some_and(|t| now >= t) {
             self.client.renew(now, &mut self.outbox);
             self.next_renew = None;
             self.arm_renewal(now);
         }
         self.check_leases(now);
+        self.acquisition_leases_expired +=
+            self.client
+                .expire_acquisition_leases(now, &mut self.outbox, &mut self.notices);
+        self.arm_renewal(now);
         self.cache_timeout(now);
         self.pump(now);
     }
@@ -717,7 +770,12 @@ impl LockService {
 
     /// `Majority`: schedules the next renewal if there is anything to renew.
     fn arm_renewal(&mut self, now: Instant) {
-        if !self.config.policy.is_majority() || !self.client.wants_renewal() {
+        let wanted = if self.config.policy.is_majority() {
+            self.client.wants_renewal()
+        } else {
+            self.client.has_leased_pending()
+        };
+        if !wanted {
             self.next_renew = None;
         } else if self.next_renew.is_none() {
             let interval = (self.config.suspend_after / 2).max(Duration::from_millis(1));
@@ -844,6 +902,7 @@ impl LockService {
                 .filter(|_| self.client.pending_requests().next().is_some())
                 .map(|since| since + self.config.lease),
             self.cache_next_timeout(),
+            self.client.next_acquisition_expiry(),
         ]
         .into_iter()
         .flatten()
@@ -856,7 +915,7 @@ impl LockService {
             self.client
                 .held_lock(request)
                 .filter(|h| h.owner != NODE_OWNER)
-                .map(|h| self.hold_status(now, h.leased_from))
+                .map(|h| self.hold_status(now, h))
         })
     }
 
@@ -875,7 +934,7 @@ impl LockService {
                     token: h.token,
                     granted_in: h.granted_in,
                     granted_by: h.granted_by.clone(),
-                    status: self.hold_status(now, h.leased_from),
+                    status: self.hold_status(now, h),
                 }),
         );
         holds
@@ -929,6 +988,12 @@ impl LockService {
         self.grantor.stats
     }
 
+    /// How many holds of this member were lost because their own lease
+    /// ([`LockRequest::lease`]) ran out.
+    pub fn leases_expired(&self) -> u64 {
+        self.acquisition_leases_expired
+    }
+
     /// Takes the grants made since the last call, in order, with the highest epoch this
     /// member knew of at each (simulator token checker).
     #[cfg(feature = "sim")]
@@ -965,6 +1030,10 @@ impl LockService {
                 .is_majority()
                 .then(|| self.config.lease + self.config.lease_margin),
             reconcile_timeout: self.config.reconcile_timeout,
+            drift: (
+                self.config.lease + self.config.lease_margin,
+                self.config.lease,
+            ),
         }
     }
 
@@ -983,7 +1052,11 @@ impl LockService {
     /// `Majority`: held while the lease was renewed within `suspend_after`, suspended until the
     /// lease runs out, then lost; lost at once in a minority view. `Available`: held while the
     /// grantor was heard within `suspend_after`, suspended after.
-    fn hold_status(&self, now: Instant, leased_from: Instant) -> HoldStatus {
+    fn hold_status(&self, now: Instant, hold: &client::Held) -> HoldStatus {
+        if hold.lease_until.is_some_and(|t| now >= t) {
+            return HoldStatus::Lost;
+        }
+        let leased_from = hold.leased_from;
         if self.config.policy.is_majority() {
             let majority_view = self
                 .view
@@ -1088,7 +1161,7 @@ impl LockService {
         let (locks, truncated) = self
             .grantor
             .table
-            .snapshot(conclave_lock_api::wire::TABLE_LOCKS_MAX);
+            .snapshot(conclave_lock_api::wire::TABLE_LOCKS_MAX, self.last_now);
         LockMessage::Table {
             query,
             epoch,
@@ -1199,6 +1272,7 @@ impl LockService {
             | LockMessage::Cancel { .. }
             | LockMessage::Unlock { .. }
             | LockMessage::Renew { .. }
+            | LockMessage::ExtendLease { .. }
             | LockMessage::LockInfoResponse { .. } => {
                 if let Some(view) = self.view.clone() {
                     let ctx = self.ctx(now, &view);

@@ -4,6 +4,7 @@
 //! what can be granted and tells it what was.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, NODE_GRANT_TOKENS, NODE_OWNER};
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId};
@@ -17,6 +18,9 @@ pub(crate) struct Holder {
     pub(crate) mode: LockMode,
     pub(crate) token: FencingToken,
     pub(crate) request: RequestId,
+    /// The hold's own lease runs out then, on the grantor's clock (`None`: held until
+    /// released).
+    pub(crate) lease_until: Option<Instant>,
 }
 
 /// A queued request.
@@ -25,6 +29,8 @@ pub(crate) struct Waiter {
     pub(crate) owner: OwnerId,
     pub(crate) mode: LockMode,
     pub(crate) request: RequestId,
+    /// The lease the hold will have, from its grant.
+    pub(crate) lease: Option<Duration>,
 }
 
 /// What promotion may do with the waiter at the head of a queue.
@@ -157,8 +163,14 @@ impl LockTable {
         })
     }
 
-    /// Records a grant and returns its token.
-    pub(crate) fn grant(&mut self, name: &LockName, waiter: Waiter, epoch: u64) -> FencingToken {
+    /// Records a grant at `now` and returns its token.
+    pub(crate) fn grant(
+        &mut self,
+        name: &LockName,
+        waiter: Waiter,
+        epoch: u64,
+        now: Instant,
+    ) -> FencingToken {
         let token = self.next_token(epoch);
         self.insert_holder(
             name,
@@ -167,9 +179,52 @@ impl LockTable {
                 mode: waiter.mode,
                 token,
                 request: waiter.request,
+                lease_until: waiter.lease.map(|d| now + d),
             },
         );
         token
+    }
+
+    /// Extends the lease of `member`'s hold `request` to at least `now + lease`; whether the
+    /// hold is in the table. A hold without a lease keeps none.
+    pub(crate) fn extend_lease(
+        &mut self,
+        member: &MemberId,
+        request: RequestId,
+        now: Instant,
+        lease: Duration,
+    ) -> bool {
+        for entry in self.locks.values_mut() {
+            for h in &mut entry.holders {
+                if same(&h.owner, h.request, member, request) {
+                    if let Some(until) = &mut h.lease_until {
+                        *until = (*until).max(now + lease);
+                    }
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Removes every hold whose own lease ran out at `now`; returns them by lock.
+    pub(crate) fn expire_leases(&mut self, now: Instant) -> Vec<(LockName, Holder)> {
+        let mut expired = Vec::new();
+        for (name, entry) in &mut self.locks {
+            entry.holders.retain(|h| {
+                let over = h.lease_until.is_some_and(|t| t <= now);
+                if over {
+                    expired.push((name.clone(), h.clone()));
+                }
+                !over
+            });
+        }
+        expired
+    }
+
+    /// The earliest instant a hold's own lease runs out.
+    pub(crate) fn next_lease_expiry(&self) -> Option<Instant> {
+        self.holders().filter_map(|(_, h)| h.lease_until).min()
     }
 
     /// Adds a holder as reported in reconciliation (its token is kept). A node grant's
@@ -329,6 +384,7 @@ impl LockTable {
                 mode: waiter.mode,
                 token,
                 request: waiter.request,
+                lease_until: waiter.lease.map(|d| now + d),
             };
             self.observe_token(block_end(&holder));
             if let Some(entry) = self.locks.get_mut(name) {
@@ -391,7 +447,7 @@ impl LockTable {
 
     /// The table for inspection: every lock with holders or waiters, by name, at most
     /// `limit` of them; and whether more exist.
-    pub(crate) fn snapshot(&self, limit: usize) -> (Vec<TableLock>, bool) {
+    pub(crate) fn snapshot(&self, limit: usize, now: Instant) -> (Vec<TableLock>, bool) {
         let mut used = self
             .locks
             .iter()
@@ -408,6 +464,10 @@ impl LockTable {
                         owner: h.owner.clone(),
                         mode: h.mode,
                         token: h.token,
+                        lease_ms: h.lease_until.map(|t| {
+                            let left = t.saturating_duration_since(now).as_millis();
+                            u64::try_from(left).unwrap_or(u64::MAX)
+                        }),
                     })
                     .collect(),
                 waiters: e
@@ -457,6 +517,7 @@ mod tests {
             owner: owner(member, 1),
             mode,
             request: RequestId(req),
+            lease: None,
         }
     }
 
@@ -473,9 +534,9 @@ mod tests {
         let mut t = LockTable::default();
         let now = Instant::ZERO;
         assert!(t.can_grant_now(&name(), LockMode::Shared, now));
-        t.grant(&name(), waiter(1, 1, LockMode::Shared), 1);
+        t.grant(&name(), waiter(1, 1, LockMode::Shared), 1, Instant::ZERO);
         assert!(t.can_grant_now(&name(), LockMode::Shared, now));
-        t.grant(&name(), waiter(2, 1, LockMode::Shared), 1);
+        t.grant(&name(), waiter(2, 1, LockMode::Shared), 1, Instant::ZERO);
         assert!(!t.can_grant_now(&name(), LockMode::Exclusive, now));
         t.enqueue(&name(), waiter(3, 1, LockMode::Exclusive));
         // A writer is queued: a new reader may not overtake it.
@@ -499,7 +560,7 @@ mod tests {
     fn consecutive_shared_waiters_are_granted_together() {
         let mut t = LockTable::default();
         let now = Instant::ZERO;
-        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1, Instant::ZERO);
         t.enqueue(&name(), waiter(2, 1, LockMode::Shared));
         t.enqueue(&name(), waiter(3, 1, LockMode::Shared));
         t.enqueue(&name(), waiter(4, 1, LockMode::Exclusive));
@@ -525,7 +586,7 @@ mod tests {
     fn dead_waiters_are_dropped_at_promotion() {
         let mut t = LockTable::default();
         let now = Instant::ZERO;
-        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1, Instant::ZERO);
         t.enqueue(&name(), waiter(2, 1, LockMode::Exclusive));
         t.enqueue(&name(), waiter(3, 1, LockMode::Exclusive));
         t.release(&name(), &owner(1, 1).member, RequestId(1));
@@ -544,7 +605,7 @@ mod tests {
     #[test]
     fn a_departed_holders_lock_waits_for_not_before() {
         let mut t = LockTable::default();
-        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1, Instant::ZERO);
         t.enqueue(&name(), waiter(2, 1, LockMode::Exclusive));
         let later = Instant::from_nanos(1_000);
         assert_eq!(
@@ -559,7 +620,7 @@ mod tests {
     #[test]
     fn unused_entries_are_forgotten() {
         let mut t = LockTable::default();
-        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1);
+        t.grant(&name(), waiter(1, 1, LockMode::Exclusive), 1, Instant::ZERO);
         assert_eq!(t.len(), 1);
         t.release(&name(), &owner(1, 1).member, RequestId(1));
         t.forget_if_unused(&name(), Instant::ZERO);

@@ -262,6 +262,7 @@ impl Cluster {
             mode,
             wait,
             timeout: None,
+            lease: None,
         };
         let id = self.node(n).lock(now, request);
         self.deliver();
@@ -778,6 +779,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
         mode: LockMode::Exclusive,
         wait: true,
         stamp: 0,
+        lease_ms: None,
     };
     c.stalled
         .get_mut(&member(1))
@@ -797,6 +799,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
 
 /// Bounded exhaustive exploration of fault schedules (a child module: it uses the harness).
 mod explore;
+mod leases;
 
 // ---- adversarial review ----
 

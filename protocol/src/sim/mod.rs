@@ -741,6 +741,9 @@ impl Simulation {
                     slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
                 }
                 Some(Action::Cancel(request)) => endpoint.cancel(local, request),
+                Some(Action::Extend(request, lease)) => {
+                    let _ = endpoint.extend_lease(local, request, lease);
+                }
                 Some(Action::Unlock(request)) => {
                     // A lock lost meanwhile is no longer held: that is not an error here.
                     let _ = endpoint.unlock(local, request);

@@ -54,6 +54,8 @@ pub struct Report {
     pub reliable: ReliableStats,
     /// Crashes of a grantor whose table held at least one lock.
     pub grantor_crashes_with_locks: u64,
+    /// Holds lost at their holder because their own lease ran out.
+    pub leases_expired: u64,
     /// What the simulated lock users did.
     pub workload: WorkloadStats,
     /// Lost-lock notices (duplicate, minority, lease).
@@ -75,6 +77,7 @@ impl Report {
         add_grantor(&mut self.grantor, &stats.grantor);
         add_cache(&mut self.cache, &stats.cache);
         add_reliable(&mut self.reliable, &stats.reliable);
+        self.leases_expired += stats.leases_expired;
     }
 
     /// Adds the counters of `other` (for totals over many seeds).
@@ -105,6 +108,7 @@ impl Report {
         add_cache(&mut self.cache, &other.cache);
         add_reliable(&mut self.reliable, &other.reliable);
         self.grantor_crashes_with_locks += other.grantor_crashes_with_locks;
+        self.leases_expired += other.leases_expired;
         let (w, o) = (&mut self.workload, &other.workload);
         w.requests += o.requests;
         w.granted += o.granted;
@@ -131,6 +135,7 @@ fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
     total.revokes += s.revokes;
     total.delegations += s.delegations;
     total.delegation_revocations += s.delegation_revocations;
+    total.lease_expiries += s.lease_expiries;
 }
 
 fn add_cache(total: &mut CacheStats, s: &CacheStats) {
@@ -239,6 +244,11 @@ impl fmt::Display for Report {
                 f,
                 "node cache          {} cache hits, {} node grants ({} asked), {} revokes sent, {} revokes received, {} returned; {} delegations, {} delegation revocations",
                 c.hits, g.node_grants, c.node_grants_asked, g.revokes, c.revokes, c.returned, g.delegations, g.delegation_revocations
+            )?;
+            writeln!(
+                f,
+                "lease expiries      {} at holders, {} at grantors (holds whose own lease ran out)",
+                self.leases_expired, g.lease_expiries
             )?;
             writeln!(f, "token amnesia       {} (grants below a token whose epoch the grantor never heard of)", self.token_amnesia)?;
         }

@@ -28,6 +28,10 @@ pub struct Workload {
     pub max_think: Duration,
     /// Longest hold. Default 100 ms.
     pub max_hold: Duration,
+    /// Share of waiting requests that ask for a lease of their own (`lock_with_lease`),
+    /// between 20 ms and `max_hold`, so some holds outlive their lease. Default 0 (no random
+    /// draw is made then, so seeds of runs without leases replay as before).
+    pub leased: f64,
 }
 
 impl Default for Workload {
@@ -41,6 +45,7 @@ impl Default for Workload {
             cancel: 0.1,
             max_think: Duration::from_millis(200),
             max_hold: Duration::from_millis(100),
+            leased: 0.0,
         }
     }
 }
@@ -80,6 +85,8 @@ pub(crate) enum Actor {
     Holding {
         request: RequestId,
         until: Instant,
+        /// A leased hold re-locks (reentrantly, with a lease) then.
+        extend_at: Option<Instant>,
     },
 }
 
@@ -88,6 +95,8 @@ pub(crate) enum Action {
     Lock(LockRequest),
     Cancel(RequestId),
     Unlock(RequestId),
+    /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
+    Extend(RequestId, Duration),
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -105,7 +114,9 @@ impl Actor {
         match self {
             Actor::Idle { next } => Some(*next),
             Actor::Waiting { cancel_at, .. } => *cancel_at,
-            Actor::Holding { until, .. } => Some(*until),
+            Actor::Holding {
+                until, extend_at, ..
+            } => Some(extend_at.map_or(*until, |at| at.min(*until))),
         }
     }
 
@@ -131,6 +142,10 @@ impl Actor {
                 let wait = !rng.chance(w.try_lock);
                 let timeout = (wait && rng.chance(w.timeout))
                     .then(|| Duration::from_millis(rng.between(20, 1_500)));
+                let lease = (wait && w.leased > 0.0 && rng.chance(w.leased)).then(|| {
+                    let longest = w.max_hold.as_millis().max(21) as u64;
+                    Duration::from_millis(rng.between(20, longest))
+                });
                 stats.requests += 1;
                 Some(Action::Lock(LockRequest {
                     owner,
@@ -138,6 +153,7 @@ impl Actor {
                     mode,
                     wait,
                     timeout,
+                    lease,
                 }))
             }
             Actor::Waiting {
@@ -148,7 +164,23 @@ impl Actor {
                 *self = Actor::idle(rng, now, w);
                 Some(Action::Cancel(request))
             }
-            Actor::Holding { request, until } if until <= now => {
+            Actor::Holding {
+                request,
+                until,
+                extend_at: Some(at),
+            } if at <= now && until > now => {
+                *self = Actor::Holding {
+                    request,
+                    until,
+                    extend_at: None,
+                };
+                let longest = w.max_hold.as_millis().max(21) as u64;
+                Some(Action::Extend(
+                    request,
+                    Duration::from_millis(rng.between(20, longest)),
+                ))
+            }
+            Actor::Holding { request, until, .. } if until <= now => {
                 stats.released += 1;
                 *self = Actor::idle(rng, now, w);
                 Some(Action::Unlock(request))
@@ -197,9 +229,14 @@ impl Actor {
                 stats.granted += 1;
                 let hold =
                     Duration::from_nanos(rng.between(1_000_000, nanos(w.max_hold).max(1_000_000)));
+                // Leased holds sometimes extend their lease midway (only in runs with
+                // leases: no random draw otherwise, so other seeds replay as before).
+                let extend_at = (w.leased > 0.0 && rng.chance(0.3))
+                    .then(|| now + Duration::from_nanos(rng.below(nanos(hold).max(1))));
                 *self = Actor::Holding {
                     request,
                     until: now + hold,
+                    extend_at,
                 };
             }
             (

@@ -136,6 +136,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 token,
                 stamp: 1,
                 cached: false,
+                lease_ms: Some(900),
             }),
         ),
         (
@@ -192,6 +193,18 @@ fn messages() -> Vec<(&'static str, Message)> {
             lock(LockMessage::Holding {
                 held: vec![req],
                 pending: vec![RequestId(2)],
+                upto: Some(RequestId(3)),
+            }),
+        ),
+        (
+            "transfer-request",
+            lock(LockMessage::TransferRequest { epoch: 3 }),
+        ),
+        (
+            "transferred",
+            lock(LockMessage::Transferred {
+                epoch: 3,
+                generation: 1,
             }),
         ),
         (
@@ -552,6 +565,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     token: FencingToken::new(7, 1),
                     stamp: 0,
                     cached: true,
+                    lease_ms: None,
                 }),
                 None,
             )),

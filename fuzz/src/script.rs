@@ -272,7 +272,7 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 23;
+        let kind = self.u8() % 27;
         if kind < 5 {
             return Message::Gms(match kind {
                 0 => GmsMessage::JoinRequest,
@@ -316,6 +316,7 @@ impl<'a> Reader<'a> {
                 token: self.token(),
                 stamp: self.num(),
                 cached: self.flag(),
+                lease_ms: self.option(Self::num),
             },
             11 => LockMessage::Queued {
                 request: self.request(),
@@ -359,6 +360,39 @@ impl<'a> Reader<'a> {
             17 => LockMessage::Holding {
                 held: self.vec(Self::request),
                 pending: self.vec(Self::request),
+                upto: self.option(Self::request),
+            },
+            23 => LockMessage::TransferRequest { epoch: self.num() },
+            24 => LockMessage::Handoff {
+                epoch: self.num(),
+                token_epoch: self.num(),
+                last_token: self.token(),
+                held: self.vec(|r| HeldLock {
+                    request: r.request(),
+                    name: r.name(),
+                    owner: r.owner(),
+                    mode: r.mode(),
+                    token: r.token(),
+                    lease_ms: r.option(Self::num),
+                }),
+                waiting: self.vec(|r| PendingRequest {
+                    request: r.request(),
+                    name: r.name(),
+                    owner: r.owner(),
+                    mode: r.mode(),
+                    wait: r.flag(),
+                    lease_ms: r.option(Self::num),
+                }),
+                generation: self.num(),
+            },
+            25 => LockMessage::Transferred {
+                epoch: self.num(),
+                generation: self.num(),
+            },
+            26 => LockMessage::NotGrantor {
+                epoch: self.num(),
+                grantor: self.member(),
+                generation: self.num(),
             },
             18 => LockMessage::TableRequest { query: self.num() },
             19 => LockMessage::Table {
@@ -705,6 +739,7 @@ impl Writer {
                 token,
                 stamp,
                 cached,
+                lease_ms,
             } => {
                 self.u8(10);
                 self.request(request);
@@ -712,6 +747,7 @@ impl Writer {
                 self.token(token);
                 self.num(*stamp);
                 self.flag(*cached);
+                self.option(lease_ms.as_ref(), |w, v| w.num(*v));
             }
             LockMessage::Revoke {
                 request,
@@ -781,10 +817,64 @@ impl Writer {
                 self.u8(16);
                 self.num(*epoch);
             }
-            LockMessage::Holding { held, pending } => {
+            LockMessage::Holding {
+                held,
+                pending,
+                upto,
+            } => {
                 self.u8(17);
                 self.vec(held, Self::request);
                 self.vec(pending, Self::request);
+                self.option(upto.as_ref(), Self::request);
+            }
+            LockMessage::TransferRequest { epoch } => {
+                self.u8(23);
+                self.num(*epoch);
+            }
+            LockMessage::Handoff {
+                epoch,
+                token_epoch,
+                last_token,
+                held,
+                waiting,
+                generation,
+            } => {
+                self.u8(24);
+                self.num(*epoch);
+                self.num(*token_epoch);
+                self.token(last_token);
+                self.vec(held, |w, h| {
+                    w.request(&h.request);
+                    w.name(&h.name);
+                    w.owner(&h.owner);
+                    w.mode(h.mode);
+                    w.token(&h.token);
+                    w.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
+                });
+                self.vec(waiting, |w, p| {
+                    w.request(&p.request);
+                    w.name(&p.name);
+                    w.owner(&p.owner);
+                    w.mode(p.mode);
+                    w.flag(p.wait);
+                    w.option(p.lease_ms.as_ref(), |w, v| w.num(*v));
+                });
+                self.num(*generation);
+            }
+            LockMessage::Transferred { epoch, generation } => {
+                self.u8(25);
+                self.num(*epoch);
+                self.num(*generation);
+            }
+            LockMessage::NotGrantor {
+                epoch,
+                grantor,
+                generation,
+            } => {
+                self.u8(26);
+                self.num(*epoch);
+                self.member(grantor);
+                self.num(*generation);
             }
             LockMessage::TableRequest { query } => {
                 self.u8(18);

@@ -367,6 +367,19 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// shut down.
     fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>>;
 
+    /// Asks for the grantor role for this member (Geode's `becomeLockGrantor`):
+    /// [`LockBackend::poll_is_grantor`] tells when it has it. A backend with one member is
+    /// the grantor already.
+    ///
+    /// # Errors
+    /// [`LockError::TransferRefused`] if the role cannot move (the `Majority` policy);
+    /// [`LockError::Shutdown`] after shutdown.
+    fn become_grantor(&self) -> Result<(), LockError>;
+
+    /// Ready with `Ok` once this member serves as the grantor, or with
+    /// [`LockError::Shutdown`] once the backend has shut down.
+    fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>>;
+
     /// Asks the grantor for its lock table; returns the query, answered by
     /// [`LockBackend::poll_table`].
     ///

@@ -69,6 +69,10 @@ pub enum LockError {
     /// The lock was lost while the request was in flight.
     #[error("the lock was lost: {0}")]
     Lost(LockLostReason),
+    /// `become_grantor` under the `Majority` policy: there the right to grant comes from a
+    /// majority's promise to the view's coordinator, and the role does not move.
+    #[error("the grantor role cannot move under the Majority partition policy")]
+    TransferRefused,
 }
 
 /// An explicit unlock (a guard's `unlock`) could not confirm the release. The lock

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::OwnerId;
+use crate::ids::{MemberId, OwnerId};
 use crate::lock::{FencingToken, LockMode, LockName};
 
 /// Why a held lock was lost without its owner releasing it.
@@ -119,5 +119,12 @@ pub enum LockEvent {
         owner: OwnerId,
         /// Why.
         reason: LockLostReason,
+    },
+    /// The grantor this member knows to serve changed: `Some` once a grantor announced that
+    /// it serves (after a failover's reconciliation, or a transfer with `become_grantor`),
+    /// `None` while none is known (a failover or a transfer is under way).
+    GrantorChanged {
+        /// The serving grantor, if one is known.
+        grantor: Option<MemberId>,
     },
 }

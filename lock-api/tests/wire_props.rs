@@ -427,9 +427,44 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
         arb_u64().prop_map(|query| LockMessage::TableRequest { query }),
         (
             prop::collection::vec(arb_request_id(), 0..4),
-            prop::collection::vec(arb_request_id(), 0..4)
+            prop::collection::vec(arb_request_id(), 0..4),
+            prop::option::of(arb_request_id())
         )
-            .prop_map(|(held, pending)| LockMessage::Holding { held, pending }),
+            .prop_map(|(held, pending, upto)| LockMessage::Holding {
+                held,
+                pending,
+                upto
+            }),
+        arb_u64().prop_map(|epoch| LockMessage::TransferRequest { epoch }),
+        (
+            arb_u64(),
+            arb_u64(),
+            arb_token(),
+            prop::collection::vec(arb_held_lock(), 0..3),
+            prop::collection::vec(arb_pending_request(), 0..3),
+            arb_u64()
+        )
+            .prop_map(
+                |(epoch, token_epoch, last_token, held, waiting, generation)| {
+                    LockMessage::Handoff {
+                        epoch,
+                        token_epoch,
+                        last_token,
+                        held,
+                        waiting,
+                        generation,
+                    }
+                }
+            ),
+        (arb_u64(), arb_u64())
+            .prop_map(|(epoch, generation)| LockMessage::Transferred { epoch, generation }),
+        (arb_u64(), arb_member_id(), arb_u64()).prop_map(|(epoch, grantor, generation)| {
+            LockMessage::NotGrantor {
+                epoch,
+                grantor,
+                generation,
+            }
+        }),
         (
             arb_u64(),
             arb_u64(),
@@ -465,17 +500,19 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_lock_name(),
             arb_token(),
             arb_u64(),
-            any::<bool>()
+            any::<bool>(),
+            prop::option::of(arb_u64())
         )
-            .prop_map(
-                |(request, name, token, stamp, cached)| LockMessage::Granted {
+            .prop_map(|(request, name, token, stamp, cached, lease_ms)| {
+                LockMessage::Granted {
                     request,
                     name,
                     token,
                     stamp,
                     cached,
+                    lease_ms,
                 }
-            ),
+            }),
         (arb_request_id(), arb_lock_name(), arb_token()).prop_map(|(request, name, token)| {
             LockMessage::Revoke {
                 request,
@@ -566,6 +603,10 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Serving { .. }) => "Serving",
         Message::Lock(LockMessage::TableRequest { .. }) => "TableRequest",
         Message::Lock(LockMessage::Holding { .. }) => "Holding",
+        Message::Lock(LockMessage::TransferRequest { .. }) => "TransferRequest",
+        Message::Lock(LockMessage::Handoff { .. }) => "Handoff",
+        Message::Lock(LockMessage::Transferred { .. }) => "Transferred",
+        Message::Lock(LockMessage::NotGrantor { .. }) => "NotGrantor",
         Message::Lock(LockMessage::Table { .. }) => "Table",
     }
 }
@@ -590,7 +631,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 23, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 27, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);
@@ -1449,6 +1490,7 @@ fn golden_granted_message() {
         token: FencingToken::new(3, 1),
         stamp: 9,
         cached: false,
+        lease_ms: None,
     });
     let bytes = wire::encode_message(&message).expect("encodes");
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");

@@ -337,6 +337,41 @@ impl LockBackend for Inner {
         Poll::Pending
     }
 
+    fn become_grantor(&self) -> Result<(), LockError> {
+        let effects = {
+            let mut shared = self.lock();
+            if shared.phase != Phase::Running {
+                return Err(LockError::Shutdown);
+            }
+            let now = self.now();
+            shared
+                .endpoint
+                .become_grantor(now)
+                .map_err(|_| LockError::TransferRefused)?;
+            shared.settle(now)
+        };
+        self.flush(effects);
+        Ok(())
+    }
+
+    fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
+        let mut shared = self.lock();
+        if shared.phase != Phase::Running {
+            return Poll::Ready(Err(LockError::Shutdown));
+        }
+        if shared.serving_grantor.as_ref() == Some(shared.endpoint.local()) {
+            return Poll::Ready(Ok(()));
+        }
+        if !shared
+            .grantor_wakers
+            .iter()
+            .any(|w| w.will_wake(cx.waker()))
+        {
+            shared.grantor_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
     fn request_table(&self) -> Result<u64, LockError> {
         let (query, effects) = {
             let mut shared = self.lock();

@@ -565,6 +565,21 @@ impl LockBackend for LocalBackend {
         Poll::Ready(self.serving_grantor())
     }
 
+    fn become_grantor(&self) -> Result<(), LockError> {
+        if self.lock().closed {
+            return Err(LockError::Shutdown);
+        }
+        Ok(())
+    }
+
+    fn poll_is_grantor(&self, _cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
+        Poll::Ready(if self.lock().closed {
+            Err(LockError::Shutdown)
+        } else {
+            Ok(())
+        })
+    }
+
     fn request_table(&self) -> Result<u64, LockError> {
         let mut state = self.lock();
         if state.closed {

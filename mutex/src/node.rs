@@ -570,6 +570,55 @@ impl Node {
         std::future::poll_fn(|cx| self.backend.poll_serving_grantor(cx)).await
     }
 
+    /// Makes this member the grantor of its view (Geode's `becomeLockGrantor`): the grantor
+    /// hands its lock table over directly (no reconciliation), and from then on this member
+    /// grants its own owners' locks without sending a message. Requests that reach the former
+    /// grantor meanwhile are answered "not grantor" and resent here; of members that ask at
+    /// once, the last one wins. Resolves once this member serves. The wish lasts: after a view
+    /// change (which falls back to the new coordinator's reconciliation) this member asks the
+    /// new grantor again, until another member takes the role by asking for it. Every
+    /// member's [`LockEvent::GrantorChanged`](crate::LockEvent::GrantorChanged) events and
+    /// [`Node::grantor`] show who grants.
+    ///
+    /// # Errors
+    /// [`crate::LockError::TransferRefused`] under [`crate::PartitionPolicy::Majority`] (the
+    /// right to grant comes from a majority's promise to the view's coordinator there);
+    /// [`crate::LockError::Shutdown`] if the node stops first.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops waiting; the request for the role stands.
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let join = |name: &'static str| {
+    ///         Node::builder("become-grantor")
+    ///             .name(name)
+    ///             .transport(network.transport())
+    ///             .config(EndpointConfig::local())
+    ///             .join()
+    ///     };
+    ///     let (a, b) = (join("a").await?, join("b").await?);
+    ///     assert_eq!(b.wait_until_serving().await.as_ref(), Some(a.member_id()));
+    ///     b.become_grantor().await?;
+    ///     assert_eq!(b.grantor().as_ref(), Some(b.member_id()));
+    ///     let guard = b.mutex("hot")?.lock().await?; // granted here, no message sent
+    ///     drop(guard);
+    ///     drop(b);
+    ///     a.leave().await;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub async fn become_grantor(&self) -> Result<(), crate::LockError> {
+        self.backend.become_grantor()?;
+        std::future::poll_fn(|cx| self.backend.poll_is_grantor(cx)).await
+    }
+
     /// The grantor's lock table, asked of the grantor from this member (any member can ask):
     /// for each lock with holders or waiters, its holders (owner, mode, fencing token) and
     /// its waiters in queue order, with the grantor and its view epoch. Its `Display` is a

@@ -299,6 +299,8 @@ pub(crate) struct Shared {
     pub(crate) serving_grantor: Option<MemberId>,
     /// Woken when a serving grantor becomes known, and when the driver stops.
     pub(crate) serving_wakers: Vec<Waker>,
+    /// Woken whenever the serving grantor changes (`become_grantor` waits on it).
+    pub(crate) grantor_wakers: Vec<Waker>,
     /// Table queries: the answer once it came, and who waits for it.
     pub(crate) tables: BTreeMap<u64, TableQuery>,
     /// The data directory's promised-term file, if the node has one.
@@ -324,6 +326,7 @@ impl Shared {
             closed_wakers: Vec::new(),
             serving_grantor: None,
             serving_wakers: Vec::new(),
+            grantor_wakers: Vec::new(),
             durable: None,
             unsaved: None,
             tables: BTreeMap::new(),
@@ -563,6 +566,12 @@ impl Shared {
                         waker.wake();
                     }
                 }
+                for waker in self.grantor_wakers.drain(..) {
+                    waker.wake();
+                }
+                self.emit(LockEvent::GrantorChanged {
+                    grantor: grantor.clone(),
+                });
                 self.serving_grantor = grantor;
             }
             LockNotice::Unexpected {
@@ -668,6 +677,7 @@ impl Shared {
             .closed_wakers
             .drain(..)
             .chain(self.serving_wakers.drain(..))
+            .chain(self.grantor_wakers.drain(..))
         {
             waker.wake();
         }

@@ -317,6 +317,16 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Asks for the grantor role of this member's view. See [`LockService::become_grantor`].
+    ///
+    /// # Errors
+    /// [`TransferRefused`](crate::locking::TransferRefused) under `Majority`.
+    pub fn become_grantor(&mut self, now: Instant) -> Result<(), crate::locking::TransferRefused> {
+        self.locks.become_grantor(now)?;
+        self.pump(now);
+        Ok(())
+    }
+
     /// The status of the lock acquired by `request`, if held here.
     pub fn lock_status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
         self.locks.status(now, request)

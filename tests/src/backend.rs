@@ -638,3 +638,64 @@ pub async fn leases(nodes: Vec<Node>) {
     drop(theirs);
     leave_all(nodes).await;
 }
+
+/// `become_grantor`: the role moves to the asker with the table (a hold taken before the
+/// transfer stays held and excludes others, tokens keep increasing), every member learns who
+/// grants, requests from any member are served by the new grantor, and the table is asked of
+/// it.
+pub async fn grantor_transfer(nodes: Vec<Node>) {
+    let (old, new) = (at(&nodes, 0), at(&nodes, 1));
+    let mut events: Vec<LockEvents> = nodes.iter().map(Node::lock_events).collect();
+    let before = within(
+        WAIT,
+        "a lock before the transfer",
+        old.mutex("moved").unwrap().lock(),
+    )
+    .await
+    .unwrap();
+    within(WAIT, "become grantor", new.become_grantor())
+        .await
+        .unwrap();
+    assert_eq!(new.grantor().as_ref(), Some(new.member_id()));
+    // Every member learns who grants (a one-member backend is its own grantor already).
+    for (node, events) in nodes.iter().zip(&mut events) {
+        if node.grantor().as_ref() != Some(new.member_id()) {
+            next_matching(events, "a GrantorChanged event naming the new grantor", |e| {
+                matches!(e, LockEvent::GrantorChanged { grantor: Some(g) } if g == new.member_id())
+                    .then_some(())
+            })
+            .await;
+        }
+        assert_eq!(node.grantor().as_ref(), Some(new.member_id()));
+    }
+    assert_eq!(
+        before.status(),
+        LockStatus::Held,
+        "the hold moved with the table"
+    );
+    let mutex = new.mutex("moved").unwrap();
+    assert_eq!(
+        within(WAIT, "try while held", mutex.try_lock())
+            .await
+            .unwrap_err(),
+        LockError::WouldBlock
+    );
+    let token = before.fencing_token();
+    within(WAIT, "unlock", before.unlock()).await.unwrap();
+    let after = within(WAIT, "lock at the new grantor", mutex.lock())
+        .await
+        .unwrap();
+    assert!(after.fencing_token() > token);
+    drop(after);
+    let elsewhere = within(
+        WAIT,
+        "lock from another member",
+        old.mutex("moved").unwrap().lock(),
+    )
+    .await
+    .unwrap();
+    drop(elsewhere);
+    let table = within(WAIT, "table", old.lock_table()).await.unwrap();
+    assert_eq!(&table.grantor, new.member_id());
+    leave_all(nodes).await;
+}

@@ -28,7 +28,8 @@ macro_rules! conformance {
                 mod $backend {
                     conformance!(@scenarios $backend:
                         readiness, exclusion, fifo, try_and_timeout, cancellation, reentrancy,
-                        read_write, fencing_tokens, events, inspection, lost_holds, shutdown, leases);
+                        read_write, fencing_tokens, events, inspection, lost_holds, shutdown, leases,
+                        grantor_transfer);
                 }
             )*
         }

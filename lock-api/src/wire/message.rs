@@ -362,6 +362,11 @@ pub enum LockMessage {
         /// Absent (false) from a grantor without node caching: the grant is then a plain one.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
+        /// What is left of the hold's own lease on the grantor's clock as it sends this, in
+        /// milliseconds (the whole lease for a new grant; less for a grant sent again). The
+        /// holder counts it from the send time of `stamp`. Absent for a hold without a lease.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
     },
     /// Grantor → member: another owner asks for a lock this member holds as a node grant;
     /// return it as soon as no local owner holds it.
@@ -430,6 +435,11 @@ pub enum LockMessage {
         held: Vec<RequestId>,
         /// Requests this member waits for.
         pending: Vec<RequestId>,
+        /// The newest request this member had made when it sent this: requests after it are
+        /// not spoken for (a statement delivered late must not drop what was asked since).
+        /// Absent from older members: then it speaks for every request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upto: Option<RequestId>,
     },
     /// Client → grantor: send me your lock table (inspection).
     TableRequest {
@@ -449,6 +459,52 @@ pub enum LockMessage {
         truncated: bool,
         /// The locks with holders or waiters, by name.
         locks: Vec<TableLock>,
+    },
+    /// Member → its grantor: make me the grantor of this view (`become_grantor`). Answered by
+    /// a [`LockMessage::Handoff`] to the asker, or by [`LockMessage::NotGrantor`].
+    TransferRequest {
+        /// Epoch of the asker's view.
+        epoch: u64,
+    },
+    /// Old grantor → new grantor: the whole lock table, handed over directly (no
+    /// reconciliation). The old grantor grants nothing from the moment it sends this.
+    Handoff {
+        /// Epoch of the view the table belongs to.
+        epoch: u64,
+        /// The high half of the old grantor's fencing tokens.
+        token_epoch: u64,
+        /// The highest token the old grantor issued or reserved: every later one exceeds it.
+        last_token: FencingToken,
+        /// Every hold (its lease as what is left of it on the old grantor's clock).
+        held: Vec<HeldLock>,
+        /// Every waiter, lock by lock in queue order.
+        waiting: Vec<PendingRequest>,
+        /// The new grantor's turn in this view: one more than the old grantor's (the
+        /// coordinator's reconciled table is turn 0).
+        #[serde(default)]
+        generation: u64,
+    },
+    /// New grantor → every member of its view: the grantor role of the view of `epoch` moved
+    /// here; send your requests, releases and table queries to me.
+    Transferred {
+        /// Epoch of the view.
+        epoch: u64,
+        /// The new grantor's turn in this view (see [`LockMessage::Handoff`]): members
+        /// follow the highest they heard of, so a late announcement of an earlier turn is
+        /// ignored.
+        #[serde(default)]
+        generation: u64,
+    },
+    /// Former grantor → member: I do not grant in the view of `epoch` any more; ask
+    /// `grantor` (the answer to anything sent to a grantor after it handed its table over).
+    NotGrantor {
+        /// Epoch of the view.
+        epoch: u64,
+        /// The member the table was handed to.
+        grantor: MemberId,
+        /// That member's turn as grantor in this view.
+        #[serde(default)]
+        generation: u64,
     },
     /// Grantor → client: another holder of this lock was kept; yours is lost.
     DuplicateLock {

@@ -440,7 +440,19 @@ impl Client {
     /// nothing depends on a report reaching a reconciliation in time.
     pub(crate) fn on_view(&mut self, now: Instant, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
-        let grantor = view.coordinator().clone();
+        self.follow(now, view.coordinator().clone(), out);
+    }
+
+    /// Follows no grantor until the next [`Client::follow`]: requests, cancels and releases
+    /// wait (they are all sent then), and no grant is accepted.
+    pub(crate) fn unfollow(&mut self) {
+        self.grantor = None;
+    }
+
+    /// Follows `grantor` (the view's coordinator, or the member the grantor role was
+    /// transferred to): sends it every pending request, cancel and release again, and, if it
+    /// is another grantor than before, what this member holds and waits for.
+    pub(crate) fn follow(&mut self, now: Instant, grantor: MemberId, out: &mut Outbox) {
         let moved = self.grantor.as_ref() != Some(&grantor);
         self.grantor = Some(grantor.clone());
         let pending: Vec<(RequestId, Pending)> =
@@ -497,6 +509,7 @@ impl Client {
                 LockMessage::Holding {
                     held: self.held.keys().copied().collect(),
                     pending: self.pending.keys().copied().collect(),
+                    upto: Some(RequestId(self.next_request.saturating_sub(1))),
                 },
             ));
         }
@@ -590,6 +603,7 @@ impl Client {
                 token,
                 stamp,
                 cached,
+                lease_ms,
             } => {
                 if let Some(pending) = self.pending.get_mut(&request) {
                     if pending.given_back.get(from).is_some_and(|t| token <= *t) {
@@ -683,7 +697,14 @@ impl Client {
                         }
                     },
                 };
-                let lease_until = match self.pending.get(&request).and_then(|p| p.lease) {
+                // The lease left when the grantor sent this (a grant sent again has less than
+                // the whole lease); a grantor that does not say gave the whole lease.
+                let lease = self
+                    .pending
+                    .get(&request)
+                    .and_then(|p| p.lease)
+                    .map(|d| lease_ms.map_or(d, |ms| d.min(Duration::from_millis(ms))));
+                let lease_until = match lease {
                     None => None,
                     Some(d) if self.lease_from_receipt => Some(now + d),
                     Some(d) => match self.stamp_time(stamp) {
@@ -847,6 +868,10 @@ impl Client {
             | LockMessage::Table { .. }
             | LockMessage::Holding { .. }
             | LockMessage::ExtendLease { .. }
+            | LockMessage::TransferRequest { .. }
+            | LockMessage::Handoff { .. }
+            | LockMessage::Transferred { .. }
+            | LockMessage::NotGrantor { .. }
             | LockMessage::Revoke { .. } => {}
         }
     }

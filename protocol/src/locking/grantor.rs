@@ -91,6 +91,10 @@ pub struct GrantorStats {
     pub delegation_revocations: u64,
     /// Holds freed because their own lease (`lock_with_lease`) ran out before their release.
     pub lease_expiries: u64,
+    /// Lock tables handed over to another member (`become_grantor`).
+    pub handoffs: u64,
+    /// Lock tables taken over from the previous grantor of the view (`become_grantor`).
+    pub transfers: u64,
 }
 
 /// The most locks whose last write is remembered (for the delegation grace).
@@ -104,6 +108,7 @@ const REVOKED_MAX: usize = 65_536;
 pub(crate) struct GrantorSabotage {
     pub(crate) grant_while_reconciling: bool,
     pub(crate) skip_liveness_recheck: bool,
+    pub(crate) serve_after_handoff: bool,
 }
 
 #[derive(Debug)]
@@ -118,6 +123,8 @@ pub(crate) struct Grantor {
     grace_until: Option<Instant>,
     /// The newest send stamp received from each member (its grants' leases run from it).
     stamps: BTreeMap<MemberId, u64>,
+    /// This grantor's turn in its view: 0 after a reconciliation, one more per handoff.
+    pub(crate) generation: u64,
     pub(crate) stats: GrantorStats,
     pub(crate) sabotage: GrantorSabotage,
     /// When each lock was last granted for writing (delegations wait out a grace after it).
@@ -144,6 +151,7 @@ impl Grantor {
             view_epoch: 0,
             grace_until: None,
             stamps: BTreeMap::new(),
+            generation: 0,
             stats: GrantorStats::default(),
             sabotage: GrantorSabotage::default(),
             #[cfg(feature = "sim")]
@@ -182,6 +190,7 @@ impl Grantor {
         };
         self.epoch = ctx.term.unwrap_or(epoch);
         self.view_epoch = epoch;
+        self.generation = 0;
         self.table.clear();
         self.stamps.retain(|m, _| ctx.view.contains(m));
         self.grace_until = ctx.fence.map(|d| ctx.now + d);
@@ -196,6 +205,97 @@ impl Grantor {
             reports: Vec::new(),
             backlog,
         });
+    }
+
+    /// Hands the table over (`become_grantor` of another member): returns the handoff for the
+    /// new grantor and stops granting at once. Only a serving grantor hands over.
+    pub(crate) fn hand_off(&mut self, ctx: &Ctx<'_>) -> Option<LockMessage> {
+        if !self.is_serving() {
+            return None;
+        }
+        let mut held = Vec::new();
+        for (name, h) in self.table.holders() {
+            held.push(HeldLock {
+                request: h.request,
+                name: name.clone(),
+                owner: h.owner.clone(),
+                mode: h.mode,
+                token: h.token,
+                lease_ms: h
+                    .lease_until
+                    .map(|t| millis_up(t.saturating_duration_since(ctx.now))),
+            });
+        }
+        let waiting = self
+            .table
+            .waiters()
+            .map(|(name, w)| PendingRequest {
+                request: w.request,
+                name: name.clone(),
+                owner: w.owner.clone(),
+                mode: w.mode,
+                wait: true,
+                lease_ms: w.lease.map(millis_up),
+            })
+            .collect();
+        let handoff = LockMessage::Handoff {
+            epoch: ctx.view.epoch(),
+            token_epoch: self.epoch,
+            last_token: self.table.last_token(),
+            held,
+            waiting,
+            generation: self.generation + 1,
+        };
+        self.stats.handoffs += 1;
+        info!(grantor = %self.local, "lock table handed over");
+        if !self.sabotage.serve_after_handoff {
+            self.stop();
+        }
+        Some(handoff)
+    }
+
+    /// Takes over the table the previous grantor of this view handed over, and serves.
+    pub(crate) fn adopt(&mut self, ctx: &Ctx<'_>, handoff: LockMessage, out: &mut Outbox) {
+        let LockMessage::Handoff {
+            token_epoch,
+            last_token,
+            held,
+            waiting,
+            generation,
+            ..
+        } = handoff
+        else {
+            return;
+        };
+        self.generation = generation;
+        self.phase = Phase::Serving;
+        self.epoch = token_epoch;
+        self.view_epoch = ctx.view.epoch();
+        self.grace_until = None;
+        self.stamps.clear();
+        self.table.clear();
+        self.table.observe_token(last_token);
+        for h in &held {
+            if ctx.view.contains(&h.owner.member) {
+                self.table.insert_holder(&h.name, holder_of(h, ctx));
+            }
+        }
+        for w in waiting {
+            if ctx.view.contains(&w.owner.member) {
+                self.table.enqueue(
+                    &w.name,
+                    Waiter {
+                        owner: w.owner,
+                        mode: w.mode,
+                        request: w.request,
+                        lease: w.lease_ms.map(Duration::from_millis),
+                    },
+                );
+            }
+        }
+        self.stats.transfers += 1;
+        info!(grantor = %self.local, locks = self.table.len(), "lock table taken over; serving");
+        self.promote_all(ctx, out);
     }
 
     /// Stops being the grantor: forgets the table (the next grantor rebuilds it).
@@ -531,7 +631,7 @@ impl Grantor {
                     if !ctx.lease_ok {
                         return;
                     }
-                    h.token
+                    (h.token, h.lease_until)
                 } else if self.table.is_queued(&name, from, request) {
                     return;
                 } else {
@@ -567,11 +667,15 @@ impl Grantor {
                         }
                         return;
                     }
+                    let lease_until = waiter.lease.map(|d| ctx.now + d);
                     let token = self.table.grant(&name, waiter, self.epoch, ctx.now);
                     self.log_grant(&name, token);
                     self.note_write(&name, mode, ctx.now);
-                    token
+                    (token, lease_until)
                 };
+                let (token, lease_until) = token;
+                let lease_ms =
+                    lease_until.map(|t| millis_down(t.saturating_duration_since(ctx.now)));
                 let stamp = self.stamp_of(from);
                 if cached {
                     self.stats.node_grants += 1;
@@ -587,14 +691,24 @@ impl Grantor {
                         token,
                         stamp,
                         cached,
+                        lease_ms,
                     },
                 ));
             }
             // Only a serving table can hold leftovers of this member; a reconciling one is
             // rebuilt from the member's report anyway.
-            LockMessage::Holding { held, pending } if self.is_serving() => {
+            LockMessage::Holding {
+                held,
+                pending,
+                upto,
+            } if self.is_serving() => {
                 let keep: BTreeSet<RequestId> = held.into_iter().chain(pending).collect();
-                let touched = self.table.retain_member(from, |r| keep.contains(&r));
+                // Requests made after the statement was sent are not spoken for: it may come
+                // late (from before the member left this grantor and came back, regression
+                // seed 70 of the transfer band).
+                let touched = self
+                    .table
+                    .retain_member(from, |r| keep.contains(&r) || upto.is_some_and(|u| r > u));
                 for name in touched {
                     debug!(%from, lock = %name, "a hold or wait the member no longer has; dropped");
                     self.promote(ctx, &name, out);
@@ -694,6 +808,9 @@ impl Grantor {
                     token: holder.token,
                     stamp,
                     cached,
+                    lease_ms: holder
+                        .lease_until
+                        .map(|t| millis_down(t.saturating_duration_since(ctx.now))),
                 },
             ));
             if cached {
@@ -794,6 +911,16 @@ impl Grantor {
             .holders()
             .map(|(name, h)| (name, &h.owner, h.request, h.mode))
     }
+}
+
+/// `d` in whole milliseconds, rounded down (what a holder may count on).
+fn millis_down(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `d` in whole milliseconds, rounded up.
+fn millis_up(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// Whether the reports received come from a strict majority of the cluster (`Majority`), or

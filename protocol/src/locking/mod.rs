@@ -213,6 +213,16 @@ pub enum LockNotice {
     },
 }
 
+/// [`LockService::become_grantor`] was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TransferRefused {
+    /// Under `Majority` the right to grant comes from a majority's promise to the view's
+    /// coordinator (its term): the role does not move to another member.
+    #[error("the grantor role cannot be transferred under the Majority partition policy")]
+    Majority,
+}
+
 /// `unlock` of a request that does not hold a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 #[error("request {0} holds no lock on this member")]
@@ -268,6 +278,8 @@ pub struct LockSabotage {
     /// Leases per acquisition: the holder counts its lease, whole, from when the grant
     /// arrived (not from a send time before the grant, shortened by the clock-rate margin).
     pub lease_from_receipt: bool,
+    /// Grantor transfer: keep serving from the table after handing it over.
+    pub serve_after_handoff: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -311,6 +323,22 @@ pub struct LockService {
     next_query: u64,
     /// Holds this member lost because their own lease ran out.
     acquisition_leases_expired: u64,
+    /// `become_grantor` was called: ask every new grantor of later views for the role too,
+    /// until another member takes it over (the last asker wins).
+    wants_grantor: bool,
+    /// The grantor last asked for the role, in which view epoch (asked once per grantor and
+    /// view).
+    asked: Option<(MemberId, u64)>,
+    /// This member handed its table over to that member in the view of that epoch.
+    transferred: Option<(u64, MemberId)>,
+    /// The member that asked this grantor for the role last (the last asker wins); handed
+    /// the table once this member serves.
+    pending_transfer: Option<MemberId>,
+    /// The turn, in this view, of the grantor this member follows or waits for (0: the
+    /// coordinator's); announcements of earlier turns are stale.
+    generation: u64,
+    /// A transfer announcement for a view not installed here yet: (epoch, turn, grantor).
+    early_transfer: Option<(u64, u64, MemberId)>,
 }
 
 impl LockService {
@@ -347,6 +375,12 @@ impl LockService {
             queries: BTreeMap::new(),
             next_query: 1,
             acquisition_leases_expired: 0,
+            wants_grantor: false,
+            asked: None,
+            transferred: None,
+            pending_transfer: None,
+            generation: 0,
+            early_transfer: None,
         }
     }
 
@@ -363,6 +397,7 @@ impl LockService {
         self.cache.serve_after_return = sabotage.cache_after_return;
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
         self.client.lease_from_receipt = sabotage.lease_from_receipt;
+        self.grantor.sabotage.serve_after_handoff = sabotage.serve_after_handoff;
     }
 
     /// The configuration.
@@ -496,6 +531,196 @@ impl LockService {
         Ok(())
     }
 
+    /// Asks for the grantor role of this member's view (Geode's `becomeLockGrantor`): the
+    /// grantor hands its table over directly, with no reconciliation, and this member then
+    /// grants its own owners' requests without a message. Requests that reach the former
+    /// grantor meanwhile are answered "not grantor, ask X" and resent here. Of concurrent
+    /// askers the last one wins. The wish outlives view changes: a view change falls back to
+    /// the new coordinator's reconciliation, and this member asks the new grantor again, until
+    /// another member takes the role by asking for it. Done once
+    /// [`LockService::serving_grantor`] is this member ([`LockNotice::GrantorServing`]).
+    ///
+    /// # Errors
+    /// [`TransferRefused::Majority`] under `Majority`.
+    pub fn become_grantor(&mut self, now: Instant) -> Result<(), TransferRefused> {
+        if self.config.policy.is_majority() {
+            return Err(TransferRefused::Majority);
+        }
+        self.enter(now);
+        self.wants_grantor = true;
+        self.asked = None;
+        self.ask_for_grantor();
+        self.pump(now);
+        Ok(())
+    }
+
+    /// Whether `become_grantor` was asked and no other member took the role since.
+    pub fn wants_grantor(&self) -> bool {
+        self.wants_grantor
+    }
+
+    /// Sends the current grantor a transfer request if this member wants the role and has
+    /// not asked that grantor in this view yet.
+    fn ask_for_grantor(&mut self) {
+        if !self.wants_grantor {
+            return;
+        }
+        let (Some(view), Some(grantor)) = (self.view.as_ref(), self.client.grantor()) else {
+            return;
+        };
+        if *grantor == self.local {
+            return;
+        }
+        let key = (grantor.clone(), view.epoch());
+        if self.asked.as_ref() == Some(&key) {
+            return;
+        }
+        let epoch = view.epoch();
+        self.asked = Some(key);
+        self.outbox
+            .push_back((grantor.clone(), LockMessage::TransferRequest { epoch }));
+    }
+
+    /// The grantor side of a transfer: hands the table to the last asker once serving.
+    fn try_transfer(&mut self, now: Instant) {
+        let Some(to) = self.pending_transfer.clone() else {
+            return;
+        };
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if !view.contains(&to) || to == self.local {
+            self.pending_transfer = None;
+            return;
+        }
+        if !self.grantor.is_serving() {
+            return;
+        }
+        let ctx = self.ctx(now, &view);
+        let Some(handoff) = self.grantor.hand_off(&ctx) else {
+            return;
+        };
+        self.pending_transfer = None;
+        self.wants_grantor = false;
+        self.transferred = Some((view.epoch(), to.clone()));
+        self.outbox.push_back((to, handoff));
+        self.set_serving_grantor(None);
+        // Follow the new grantor only once it announces itself: what it sent before that
+        // (grants of an earlier turn of its, in this view) is stale, and only its own
+        // announcement is ordered after all of it.
+        self.client.unfollow();
+        self.drop_stale_queries();
+        let _ = now;
+    }
+
+    /// A transfer request, a handoff, an announcement of a transfer or a "not grantor".
+    fn on_transfer(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if let LockMessage::Transferred { epoch, generation } = &message {
+            if *epoch > view.epoch() {
+                // Before its view is installed here (the new grantor may even be new to the
+                // view): applied when it is.
+                let newer = self
+                    .early_transfer
+                    .as_ref()
+                    .is_none_or(|(e, g, _)| (*epoch, *generation) > (*e, *g));
+                if newer {
+                    self.early_transfer = Some((*epoch, *generation, from.clone()));
+                }
+                return;
+            }
+        }
+        if self.config.policy.is_majority() || !view.contains(from) || from == &self.local {
+            return;
+        }
+        match message {
+            LockMessage::TransferRequest { epoch } if epoch == view.epoch() => {
+                match (&self.transferred, self.client.grantor()) {
+                    (Some((e, to)), _) if *e == epoch => {
+                        let reply = LockMessage::NotGrantor {
+                            epoch,
+                            grantor: to.clone(),
+                            generation: self.grantor.generation + 1,
+                        };
+                        self.outbox.push_back((from.clone(), reply));
+                    }
+                    (_, Some(g)) if *g == self.local => {
+                        debug!(member = %self.local, asker = %from, "grantor role asked for");
+                        self.pending_transfer = Some(from.clone());
+                        self.try_transfer(now);
+                    }
+                    (_, Some(g)) => {
+                        let reply = LockMessage::NotGrantor {
+                            epoch,
+                            grantor: g.clone(),
+                            generation: self.generation,
+                        };
+                        self.outbox.push_back((from.clone(), reply));
+                    }
+                    (_, None) => {}
+                }
+            }
+            LockMessage::Handoff {
+                epoch, generation, ..
+            } if epoch == view.epoch()
+                && !self.grantor.is_active()
+                && generation > self.generation =>
+            {
+                // From the one member that served in this view (whoever this member follows
+                // now: an announcement may have overtaken the handoff).
+                let ctx = self.ctx(now, &view);
+                self.grantor.adopt(&ctx, message, &mut self.outbox);
+                self.generation = generation;
+                self.transferred = None;
+                self.client
+                    .follow(now, self.local.clone(), &mut self.outbox);
+                for member in view.members().iter().filter(|m| **m != self.local) {
+                    let announce = LockMessage::Transferred { epoch, generation };
+                    self.outbox.push_back((member.clone(), announce));
+                }
+                self.set_serving_grantor(Some(self.local.clone()));
+                self.drop_stale_queries();
+            }
+            LockMessage::Handoff { .. } => {
+                debug!(%from, "lock table handoff for another view or grantor; dropped (the next reconciliation rebuilds the table)");
+            }
+            LockMessage::Transferred { epoch, generation }
+                if epoch == view.epoch() && generation > self.generation =>
+            {
+                self.generation = generation;
+                if self.grantor.is_active() {
+                    // Handed over meanwhile (or never asked to): the announcement is stale
+                    // for us, our own handoff tells who serves.
+                    return;
+                }
+                // Also when already following it: what was sent before it served (after a
+                // "not grantor" pointed here) was dropped, so everything is sent again.
+                self.client.follow(now, from.clone(), &mut self.outbox);
+                if self.wants_grantor && self.transferred.is_some() {
+                    // We handed the role to someone else since asking: the last asker won.
+                    self.wants_grantor = false;
+                }
+                self.set_serving_grantor(Some(from.clone()));
+                self.drop_stale_queries();
+            }
+            LockMessage::NotGrantor {
+                epoch, generation, ..
+            } if epoch == view.epoch()
+                && self.client.grantor() == Some(from)
+                && generation > self.generation =>
+            {
+                // Wait for the new grantor's own announcement before following it (see
+                // `try_transfer`): our requests go there then.
+                self.client.unfollow();
+                self.set_serving_grantor(None);
+                self.drop_stale_queries();
+            }
+            _ => {}
+        }
+    }
+
     /// UNLOCK_ALL for one local owner: releases every lock it holds and withdraws every
     /// request it has pending. Each release is acknowledged and retried like an `unlock`.
     /// Returns how many locks were released.
@@ -568,6 +793,12 @@ impl LockService {
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
         self.enter(now);
+        // A transfer lasts for its view: a view change falls back to the coordinator's
+        // reconciliation (and a member that wants the role asks the new grantor again).
+        self.transferred = None;
+        self.pending_transfer = None;
+        self.asked = None;
+        self.generation = 0;
         let previous_grantor = self.client.grantor().cloned();
         let could_grant = self
             .view
@@ -627,6 +858,14 @@ impl LockService {
         } else {
             self.grantor.stop();
             self.term = None;
+        }
+        if let Some((epoch, generation, grantor)) = self.early_transfer.take() {
+            if epoch == view.epoch() {
+                let announce = LockMessage::Transferred { epoch, generation };
+                self.on_transfer(now, &grantor, announce);
+            } else if epoch > view.epoch() {
+                self.early_transfer = Some((epoch, generation, grantor));
+            }
         }
         self.pump(now);
     }
@@ -1099,6 +1338,9 @@ impl LockService {
             self.notices
                 .push_back(LockNotice::GrantorServing { grantor });
         }
+        if self.serving_grantor.is_some() {
+            self.ask_for_grantor();
+        }
     }
 
     /// `Majority`: restores the highest term this member promised before it restarted, read
@@ -1128,7 +1370,7 @@ impl LockService {
         self.enter(now);
         let query = self.next_query;
         self.next_query += 1;
-        match self.view.as_ref().map(|v| v.coordinator().clone()) {
+        match self.view.as_ref().and(self.client.grantor().cloned()) {
             Some(grantor) if grantor == self.local => {
                 let table = self.table_answer(query);
                 self.on_table(&grantor, table);
@@ -1193,11 +1435,11 @@ impl LockService {
 
     /// Answers, with `None`, every table query whose grantor is not the view's coordinator.
     fn drop_stale_queries(&mut self) {
-        let coordinator = self.view.as_ref().map(|v| v.coordinator().clone());
+        let grantor = self.client.grantor().cloned();
         let stale: Vec<u64> = self
             .queries
             .iter()
-            .filter(|(_, asked)| Some(*asked) != coordinator.as_ref())
+            .filter(|(_, asked)| Some(*asked) != grantor.as_ref())
             .map(|(q, _)| *q)
             .collect();
         for query in stale {
@@ -1267,6 +1509,30 @@ impl LockService {
                 self.client
                     .handle(now, from, message, &mut self.outbox, &mut self.notices);
             }
+            LockMessage::TransferRequest { .. }
+            | LockMessage::Handoff { .. }
+            | LockMessage::Transferred { .. }
+            | LockMessage::NotGrantor { .. } => self.on_transfer(now, from, message),
+            LockMessage::Lock { .. }
+            | LockMessage::Holding { .. }
+            | LockMessage::Cancel { .. }
+            | LockMessage::Unlock { .. }
+            | LockMessage::Renew { .. }
+            | LockMessage::ExtendLease { .. }
+                if self.handed_over() =>
+            {
+                // Handed over: the sender must ask the new grantor (nothing is applied here,
+                // not even a release: the new grantor's table has the lock).
+                if let (Some(view), Some((_, to))) = (self.view.as_ref(), self.transferred.as_ref())
+                {
+                    let reply = LockMessage::NotGrantor {
+                        epoch: view.epoch(),
+                        grantor: to.clone(),
+                        generation: self.grantor.generation + 1,
+                    };
+                    self.outbox.push_back((from.clone(), reply));
+                }
+            }
             LockMessage::Lock { .. }
             | LockMessage::Holding { .. }
             | LockMessage::Cancel { .. }
@@ -1316,6 +1582,7 @@ impl LockService {
         self.outbox = remote;
         self.check_leases(now);
         self.announce_serving(now);
+        self.try_transfer(now);
         self.cache_absorb(now);
         if !self.outbox.iter().all(|(to, _)| *to != self.local) {
             // The cache released or asked at this member's own grantor.
@@ -1323,7 +1590,18 @@ impl LockService {
         }
     }
 
-    /// Whether `member` is this member's grantor (the coordinator of its view).
+    /// Whether this member handed the grantor role of its current view to another member.
+    fn handed_over(&self) -> bool {
+        !self.grantor.is_active()
+            && self
+                .transferred
+                .as_ref()
+                .zip(self.view.as_ref())
+                .is_some_and(|((epoch, _), view)| *epoch == view.epoch())
+    }
+
+    /// Whether `member` is this member's grantor (the coordinator of its view, or the member
+    /// the role was transferred to).
     fn grantor_is(&self, member: &MemberId) -> bool {
         self.client.grantor() == Some(member)
     }

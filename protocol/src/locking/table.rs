@@ -438,6 +438,18 @@ impl LockTable {
             .min()
     }
 
+    /// Every waiter, lock by lock, in queue order.
+    pub(crate) fn waiters(&self) -> impl Iterator<Item = (&LockName, &Waiter)> {
+        self.locks
+            .iter()
+            .flat_map(|(name, e)| e.queue.iter().map(move |w| (name, w)))
+    }
+
+    /// The highest token issued or observed.
+    pub(crate) fn last_token(&self) -> FencingToken {
+        self.last_token
+    }
+
     /// Every hold, lock by lock.
     pub(crate) fn holders(&self) -> impl Iterator<Item = (&LockName, &Holder)> {
         self.locks

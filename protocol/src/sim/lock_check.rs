@@ -123,8 +123,10 @@ impl Simulation {
                 if hold.status == HoldStatus::Lost {
                     continue;
                 }
+                // A grant of this view's grantor: its coordinator, or a member the role was
+                // transferred to in this view (the grant arrived while the holder was in it).
                 let current_grant =
-                    hold.granted_in == view.epoch() && &hold.granted_by == view.coordinator();
+                    hold.granted_in == view.epoch() && view.contains(&hold.granted_by);
                 holds.push((index, view.id().clone(), current_grant, hold));
             }
         }
@@ -189,6 +191,24 @@ impl Simulation {
     }
 
     fn check_grantor_tables(&self) -> Result<(), Violation> {
+        let mut serving: std::collections::BTreeMap<conclave_lock_api::ViewId, usize> =
+            std::collections::BTreeMap::new();
+        for (index, slot) in self.slots.iter().enumerate() {
+            let Some(endpoint) = &slot.endpoint else {
+                continue;
+            };
+            let Some(view) = endpoint.view() else {
+                continue;
+            };
+            if endpoint.locks().is_serving() {
+                if let Some(other) = serving.insert(view.id().clone(), index) {
+                    return Err(self.violation(
+                        "one grantor per view: at most one member of a view serves",
+                        format!("nodes {other} and {index} both serve in {view}"),
+                    ));
+                }
+            }
+        }
         for (index, slot) in self.slots.iter().enumerate() {
             let Some(endpoint) = &slot.endpoint else {
                 continue;

@@ -741,6 +741,9 @@ impl Simulation {
                     slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
                 }
                 Some(Action::Cancel(request)) => endpoint.cancel(local, request),
+                Some(Action::BecomeGrantor) => {
+                    let _ = endpoint.become_grantor(local);
+                }
                 Some(Action::Extend(request, lease)) => {
                     let _ = endpoint.extend_lease(local, request, lease);
                 }

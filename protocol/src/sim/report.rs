@@ -136,6 +136,8 @@ fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
     total.delegations += s.delegations;
     total.delegation_revocations += s.delegation_revocations;
     total.lease_expiries += s.lease_expiries;
+    total.handoffs += s.handoffs;
+    total.transfers += s.transfers;
 }
 
 fn add_cache(total: &mut CacheStats, s: &CacheStats) {
@@ -244,6 +246,11 @@ impl fmt::Display for Report {
                 f,
                 "node cache          {} cache hits, {} node grants ({} asked), {} revokes sent, {} revokes received, {} returned; {} delegations, {} delegation revocations",
                 c.hits, g.node_grants, c.node_grants_asked, g.revokes, c.revokes, c.returned, g.delegations, g.delegation_revocations
+            )?;
+            writeln!(
+                f,
+                "grantor transfers   {} tables taken over ({} handed over)",
+                g.transfers, g.handoffs
             )?;
             writeln!(
                 f,

@@ -32,6 +32,9 @@ pub struct Workload {
     /// between 20 ms and `max_hold`, so some holds outlive their lease. Default 0 (no random
     /// draw is made then, so seeds of runs without leases replay as before).
     pub leased: f64,
+    /// Chance that an idle actor asks for the grantor role for its node instead of a lock
+    /// (`become_grantor`). Default 0 (no random draw then).
+    pub transfer: f64,
 }
 
 impl Default for Workload {
@@ -46,6 +49,7 @@ impl Default for Workload {
             max_think: Duration::from_millis(200),
             max_hold: Duration::from_millis(100),
             leased: 0.0,
+            transfer: 0.0,
         }
     }
 }
@@ -97,6 +101,8 @@ pub(crate) enum Action {
     Unlock(RequestId),
     /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
     Extend(RequestId, Duration),
+    /// Ask for the grantor role for the actor's node.
+    BecomeGrantor,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -131,6 +137,12 @@ impl Actor {
         stats: &mut WorkloadStats,
     ) -> Option<Action> {
         match self.clone() {
+            Actor::Idle { next }
+                if next <= now && issue && w.transfer > 0.0 && rng.chance(w.transfer) =>
+            {
+                *self = Actor::idle(rng, now, w);
+                Some(Action::BecomeGrantor)
+            }
             Actor::Idle { next } if next <= now && issue => {
                 let name = LockName::new(format!("lock-{}", rng.below(w.locks.max(1) as u64)))
                     .unwrap_or_else(|e| unreachable!("simulator lock names are valid: {e}"));

@@ -25,6 +25,11 @@
 //! around the transport), and one lock bouncing between this process and another, with caching
 //! off and on, in one run.
 //!
+//! The `transfer` mode measures `become_grantor` over UDP: lock+unlock (both awaited) of a
+//! lock at this process while its grantor is another process, then after this process took
+//! the grantor role: p50/p99 and the lock-protocol datagrams this process sent, and how long
+//! the transfer took.
+//!
 //! The `seal` mode measures what the cluster key costs over UDP: lock+unlock (both awaited)
 //! from this process, whose grantor is another process, in a cluster without a key and in one
 //! with a key, in alternating rounds beside the floor; it prints both and their ratio.
@@ -61,9 +66,11 @@ fn main() -> Result<(), Error> {
         Some("tcp") => smol::block_on(parent(Mode::Tcp)),
         Some("seal") => smol::block_on(seal()),
         Some("cache") => smol::block_on(cache()),
-        Some(other) => {
-            Err(format!("unknown mode {other:?}; use `udp`, `tcp`, `seal` or `cache`").into())
-        }
+        Some("transfer") => smol::block_on(transfer()),
+        Some(other) => Err(format!(
+            "unknown mode {other:?}; use `udp`, `tcp`, `seal`, `cache` or `transfer`"
+        )
+        .into()),
     }
 }
 
@@ -654,6 +661,63 @@ impl Transport for Counted {
     async fn close(&self) {
         self.inner.close().await;
     }
+}
+
+/// The `transfer` mode: lock+unlock here with the grantor in another process, then with the
+/// grantor role moved here by `become_grantor`.
+async fn transfer() -> Result<(), Error> {
+    println!("conclave bench, transfer mode (UDP, loopback)");
+    const PAIRS: usize = 20_000;
+    let net = Net::Udp(port());
+    let mut coordinator = Proc::spawn(&["member", "coordinator", &net.word()])?;
+    expect(&mut coordinator, "READY")?;
+    let sent = Arc::new(AtomicU64::new(0));
+    let node = join_counted("bench", &net, Some(sent.clone())).await?;
+    let mutex = node.mutex("hot")?;
+    let mut rows = Vec::new();
+    let mut took = Duration::ZERO;
+    for moved in [false, true] {
+        if moved {
+            let t = Instant::now();
+            node.become_grantor().await?;
+            took = t.elapsed();
+        }
+        for _ in 0..100 {
+            mutex.lock().await?.unlock().await?;
+        }
+        let before = sent.load(Ordering::Relaxed);
+        let mut pairs = Vec::with_capacity(PAIRS);
+        for _ in 0..PAIRS {
+            let t = Instant::now();
+            mutex.lock().await?.unlock().await?;
+            pairs.push(t.elapsed());
+        }
+        let datagrams = sent.load(Ordering::Relaxed) - before;
+        pairs.sort();
+        rows.push((percentile(&pairs, 0.5), percentile(&pairs, 0.99), datagrams));
+    }
+    node.leave().await;
+    drop(coordinator);
+    println!();
+    println!("| figure | grantor in another process | after `become_grantor` here |");
+    println!("|---|---|---|");
+    let (before, after) = (&rows[0], &rows[1]);
+    println!(
+        "| lock+unlock (both awaited), p50 / p99 | {:.2} µs / {:.2} µs | {:.2} µs / {:.2} µs |",
+        micros(before.0),
+        micros(before.1),
+        micros(after.0),
+        micros(after.1)
+    );
+    println!(
+        "| lock-protocol datagrams sent for {PAIRS} pairs | {} | {} |",
+        before.2, after.2
+    );
+    println!(
+        "| `become_grantor` until this process served | | {:.2} ms |",
+        took.as_secs_f64() * 1e3
+    );
+    Ok(())
 }
 
 /// The `cache` mode: a cached lock, and one lock bouncing between two processes with caching

@@ -590,22 +590,19 @@ fn replay() {
     if std::env::var("CONCLAVE_SIM_CACHE").is_ok_and(|v| v == "1") {
         config = with_cache(config);
     }
+    // The lease and transfer bands' workloads (the replay line of a violation names them).
+    if let Some(workload) = config.workload.as_mut() {
+        for (var, share) in [
+            ("CONCLAVE_SIM_LEASED", &mut workload.leased),
+            ("CONCLAVE_SIM_TRANSFER", &mut workload.transfer),
+        ] {
+            if let Ok(value) = std::env::var(var) {
+                *share = value.parse().expect("a share between 0 and 1");
+            }
+        }
+    }
     match sim::run(seed, &config) {
         Ok(report) => println!("seed {seed} runs clean\n{report}"),
         Err(violation) => panic!("{violation}"),
-    }
-}
-
-#[test]
-#[ignore]
-fn trace_transfer_seed() {
-    let seed = env_u64("CONCLAVE_SIM_SEED", 1);
-    let config = if std::env::var("CONCLAVE_SIM_FAULTS").is_ok_and(|v| v == "harsh") {
-        with_transfers(SimConfig::locking_harsh(PartitionPolicy::Available))
-    } else {
-        with_transfers(SimConfig::locking(PartitionPolicy::Available))
-    };
-    if let Err(v) = sim::run(seed, &config) {
-        panic!("{v}");
     }
 }

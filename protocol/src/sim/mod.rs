@@ -922,11 +922,22 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
     } else {
         "cargo test -p conclave-protocol --features sim --release --test simulation".to_owned()
     };
-    let profile = if config.harsh.is_some() {
-        "CONCLAVE_SIM_FAULTS=harsh "
+    let mut profile = if config.harsh.is_some() {
+        "CONCLAVE_SIM_FAULTS=harsh ".to_owned()
     } else {
-        ""
+        String::new()
     };
+    if config.endpoint.locks.node_cache.enabled {
+        profile.push_str("CONCLAVE_SIM_CACHE=1 ");
+    }
+    if let Some(w) = &config.workload {
+        if w.leased > 0.0 {
+            profile.push_str(&format!("CONCLAVE_SIM_LEASED={} ", w.leased));
+        }
+        if w.transfer > 0.0 {
+            profile.push_str(&format!("CONCLAVE_SIM_TRANSFER={} ", w.transfer));
+        }
+    }
     format!("{profile}CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
 }
 

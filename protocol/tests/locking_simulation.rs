@@ -387,6 +387,7 @@ fn large_clusters_lock_safely() {
                 }
                 .with_nodes(nodes);
                 let (total, mut failed, seeds) = run_seeds(&config, &[], count);
+                let policy = config.endpoint.locks.policy;
                 println!(
                     "locking simulator, {nodes} members, {policy:?}, harsh {harsh}: {seeds} seeds\n{total}"
                 );

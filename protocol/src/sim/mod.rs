@@ -184,7 +184,10 @@ impl SimConfig {
             (Some(p), false) => SimConfig::locking(p),
             (Some(p), true) => SimConfig::locking_harsh(p),
         };
-        match std::env::var("CONCLAVE_SIM_NODES").ok().and_then(|n| n.parse().ok()) {
+        match std::env::var("CONCLAVE_SIM_NODES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
             Some(nodes) => config.with_nodes(nodes),
             None => config,
         }

@@ -280,7 +280,7 @@ pub(crate) fn child(args: &[String]) -> Result<(), Error> {
             }
             (Some("lat"), Some(Ok(n))) => {
                 let node = nodes.last().ok_or("no node")?;
-                let mutex = node.mutex(&format!("lat-{}", std::process::id()))?;
+                let mutex = node.mutex(format!("lat-{}", std::process::id()))?;
                 let mut samples = smol::block_on(async {
                     let mut samples = Vec::new();
                     for _ in 0..n {

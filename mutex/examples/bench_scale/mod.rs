@@ -11,7 +11,9 @@
 //! - idle traffic per member (every datagram or TCP frame sent, heartbeats included, counted
 //!   by a wrapper around the transport), averaged over the members, and the coordinator's;
 //! - uncontended `lock()` latency (p50, p99) from a member in the last process, the lock then
-//!   released and acknowledged before the next.
+//!   released and acknowledged before the next; measured in rounds that alternate with the
+//!   same measurement in a reference cluster of 3 members running beside it, so both see the
+//!   same background load, and printed as the ratio of the two p50s.
 //!
 //! Every child process is killed by its PID when its size is done, also on error; every wait
 //! in a child is bounded.
@@ -33,7 +35,10 @@ const SIZES: [usize; 4] = [3, 8, 32, 64];
 /// Processes the members other than the coordinator are spread over, at most.
 const PROCESSES: usize = 4;
 const IDLE_FOR: Duration = Duration::from_secs(3);
-const LOCKS: usize = 300;
+/// Rounds of lock latency, alternating between the measured cluster and the reference cluster
+/// of 3 members, and locks per round.
+const ROUNDS: usize = 10;
+const LOCKS: usize = 40;
 /// Bound on every wait for a view in a child.
 const VIEW_BOUND: Duration = Duration::from_secs(20);
 
@@ -48,6 +53,15 @@ struct Row {
     max_other_datagrams: f64,
     p50: Duration,
     p99: Duration,
+    /// p50 of the reference cluster of 3 members in the same rounds.
+    reference_p50: Duration,
+}
+
+/// A running cluster: the coordinator's process first.
+struct Cluster {
+    members: usize,
+    first: Proc,
+    procs: Vec<Proc>,
 }
 
 /// The parent: every size over UDP, then over TCP.
@@ -58,14 +72,25 @@ pub(crate) fn run() -> Result<(), Error> {
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| SIZES.to_vec());
     for (b, backend) in ["udp", "tcp"].into_iter().enumerate() {
-        let mut rows = Vec::new();
-        for (i, &members) in sizes.iter().enumerate() {
-            let net = if backend == "udp" {
+        let net = |i: usize| {
+            if backend == "udp" {
                 Net::Udp(port() + (b * 10 + i) as u16)
             } else {
                 Net::Tcp(Vec::new())
-            };
-            match size(members, &net) {
+            }
+        };
+        // The reference: 3 members whose lock latency is measured in the same rounds as each
+        // size's, so both see the same background load of this shared machine.
+        let mut reference = match start(3, &net(9)) {
+            Ok((cluster, _)) => cluster,
+            Err(e) => {
+                println!("{backend}: the reference cluster failed: {e}");
+                continue;
+            }
+        };
+        let mut rows = Vec::new();
+        for (i, &members) in sizes.iter().enumerate() {
+            match size(members, &net(i), &mut reference) {
                 Ok(row) => rows.push(row),
                 Err(e) => println!("{backend}, {members} members: failed: {e}"),
             }
@@ -78,14 +103,14 @@ pub(crate) fn run() -> Result<(), Error> {
 fn print_table(backend: &str, rows: &[Row]) {
     println!();
     println!("{backend}:");
-    println!("| members | agreement after last start | kill -9 of the coordinator → new view | idle datagrams/s per member (avg; coordinator; other max) | idle bytes/s per member (avg) | uncontended lock p50 / p99 (non-coordinator) |");
-    println!("|---|---|---|---|---|---|");
+    println!("| members | agreement after last start | kill -9 of the coordinator → new view | idle datagrams/s per member (avg; coordinator; others max) | idle bytes/s per member (avg) | uncontended lock p50 / p99 (non-coordinator) | p50 / p50 of 3 members in the same rounds |");
+    println!("|---|---|---|---|---|---|---|");
     for r in rows {
         let failover = r
             .failover
             .map_or("—".to_owned(), |d| format!("{} ms", d.as_millis()));
         println!(
-            "| {} | {} ms | {failover} | {:.0}; {:.0}; {:.0} | {:.0} | {:.0} / {:.0} µs |",
+            "| {} | {} ms | {failover} | {:.0}; {:.0}; {:.0} | {:.0} | {:.0} / {:.0} µs | {:.2}x |",
             r.members,
             r.agreed.as_millis(),
             r.datagrams,
@@ -94,19 +119,14 @@ fn print_table(backend: &str, rows: &[Row]) {
             r.bytes,
             r.p50.as_secs_f64() * 1e6,
             r.p99.as_secs_f64() * 1e6,
-        );
-    }
-    let p50 = |n: usize| rows.iter().find(|r| r.members == n).map(|r| r.p50);
-    if let (Some(small), Some(large)) = (p50(3), rows.last().map(|r| r.p50)) {
-        println!(
-            "lock p50 at {} members / at 3 members: {:.2}x",
-            rows.last().map_or(0, |r| r.members),
-            large.as_secs_f64() / small.as_secs_f64().max(1e-9)
+            r.p50.as_secs_f64() / r.reference_p50.as_secs_f64().max(1e-9),
         );
     }
 }
 
-fn size(members: usize, net: &Net) -> Result<Row, Error> {
+/// Starts a cluster of `members` and waits for one view of all of them; the time from the
+/// start of the last process to that agreement.
+fn start(members: usize, net: &Net) -> Result<(Cluster, Duration), Error> {
     let mut first = Proc::spawn(&["scale", &net.word(), "0", "1", &members.to_string()])?;
     let line = first.line()?;
     let addr = line
@@ -148,14 +168,49 @@ fn size(members: usize, net: &Net) -> Result<Row, Error> {
         }
         agreed = agreed.max(last_start.elapsed());
     }
+    Ok((
+        Cluster {
+            members,
+            first,
+            procs,
+        },
+        agreed,
+    ))
+}
+
+/// `LOCKS` lock latencies from a member of the cluster's last process (never the coordinator).
+fn latencies(cluster: &mut Cluster) -> Result<Vec<Duration>, Error> {
+    let last = cluster.procs.last_mut().ok_or("no other process")?;
+    last.send(&format!("lat {LOCKS}"))?;
+    let line = last.line()?;
+    let samples = line
+        .strip_prefix("LAT ")
+        .ok_or_else(|| format!("expected LAT, got {line:?}"))?
+        .split(' ')
+        .map(|n| n.parse().map(Duration::from_nanos))
+        .collect::<Result<_, _>>()?;
+    Ok(samples)
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples
+        .get(((samples.len().max(1) - 1) as f64 * p) as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn size(members: usize, net: &Net, reference: &mut Cluster) -> Result<Row, Error> {
+    let (mut cluster, agreed) = start(members, net)?;
     // Idle traffic, once startup's reliable traffic has settled.
     std::thread::sleep(Duration::from_secs(1));
     let idle = format!("idle {}", IDLE_FOR.as_millis());
-    for p in std::iter::once(&mut first).chain(procs.iter_mut()) {
+    let Cluster { first, procs, .. } = &mut cluster;
+    for p in std::iter::once(&mut *first).chain(procs.iter_mut()) {
         p.send(&idle)?;
     }
     let (mut datagrams, mut bytes, mut max_other, mut coordinator) = (0u64, 0u64, 0u64, 0u64);
-    for (i, p) in std::iter::once(&mut first)
+    for (i, p) in std::iter::once(&mut *first)
         .chain(procs.iter_mut())
         .enumerate()
     {
@@ -179,38 +234,13 @@ fn size(members: usize, net: &Net) -> Result<Row, Error> {
     }
     let secs = IDLE_FOR.as_secs_f64();
     let per = |v: u64| v as f64 / secs / members as f64;
-    // Latency from a member of the last process (never the coordinator).
-    let last = procs.last_mut().ok_or("no other process")?;
-    last.send(&format!("lat {LOCKS}"))?;
-    let line = last.line()?;
-    let lat: Vec<u64> = line
-        .strip_prefix("LAT ")
-        .ok_or_else(|| format!("expected LAT, got {line:?}"))?
-        .split(' ')
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    let (p50, p99) = (
-        Duration::from_nanos(lat[0]),
-        Duration::from_nanos(*lat.get(1).unwrap_or(&0)),
-    );
-    // kill -9 of the coordinator.
-    let mut failover = None;
-    if members >= 3 {
-        for p in &mut procs {
-            p.send(&format!("watch {}", members - 1))?;
-            super::expect(p, "WATCHING")?;
-        }
-        first.kill();
-        let killed = Instant::now();
-        let mut ok = true;
-        for p in &mut procs {
-            let line = p.line()?;
-            ok &= line.starts_with("FAILOVER") && !line.contains("timeout");
-        }
-        if ok {
-            failover = Some(killed.elapsed());
-        }
+    // Lock latency, in rounds alternating with the reference cluster.
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        ours.extend(latencies(&mut cluster)?);
+        theirs.extend(latencies(reference)?);
     }
+    let failover = failover(&mut cluster)?;
     Ok(Row {
         members,
         agreed,
@@ -219,9 +249,30 @@ fn size(members: usize, net: &Net) -> Result<Row, Error> {
         bytes: per(bytes),
         coordinator_datagrams: coordinator as f64 / secs,
         max_other_datagrams: max_other as f64 / secs,
-        p50,
-        p99,
+        p50: percentile(&mut ours, 0.5),
+        p99: percentile(&mut ours, 0.99),
+        reference_p50: percentile(&mut theirs, 0.5),
     })
+}
+
+/// Kills the coordinator's process (`kill -9`) and waits until every survivor is in one view
+/// without it.
+fn failover(cluster: &mut Cluster) -> Result<Option<Duration>, Error> {
+    if cluster.members < 3 {
+        return Ok(None);
+    }
+    for p in &mut cluster.procs {
+        p.send(&format!("watch {}", cluster.members - 1))?;
+        super::expect(p, "WATCHING")?;
+    }
+    cluster.first.kill();
+    let killed = Instant::now();
+    let mut ok = true;
+    for p in &mut cluster.procs {
+        let line = p.line()?;
+        ok &= line.starts_with("FAILOVER") && !line.contains("timeout");
+    }
+    Ok(ok.then(|| killed.elapsed()))
 }
 
 /// A child: `scale <net> <first index> <count> <cluster size>`.
@@ -281,7 +332,7 @@ pub(crate) fn child(args: &[String]) -> Result<(), Error> {
             (Some("lat"), Some(Ok(n))) => {
                 let node = nodes.last().ok_or("no node")?;
                 let mutex = node.mutex(format!("lat-{}", std::process::id()))?;
-                let mut samples = smol::block_on(async {
+                let samples = smol::block_on(async {
                     let mut samples = Vec::new();
                     for _ in 0..n {
                         let start = Instant::now();
@@ -291,9 +342,9 @@ pub(crate) fn child(args: &[String]) -> Result<(), Error> {
                     }
                     Ok::<_, Error>(samples)
                 })?;
-                samples.sort();
-                let pick = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
-                println!("LAT {} {}", pick(0.5).as_nanos(), pick(0.99).as_nanos());
+                let samples: Vec<String> =
+                    samples.iter().map(|d| d.as_nanos().to_string()).collect();
+                println!("LAT {}", samples.join(" "));
             }
             (Some("watch"), Some(Ok(n))) => {
                 println!("WATCHING");

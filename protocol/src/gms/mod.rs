@@ -569,8 +569,14 @@ impl Gms {
     }
 
     fn member_tick(&mut self, now: Instant) {
-        if self.is_coordinator() && self.admit_at.is_some_and(|t| now >= t) {
-            self.apply_changes(now);
+        if self.admit_at.is_some_and(|t| now >= t) {
+            if self.is_coordinator() {
+                self.apply_changes(now);
+            } else {
+                // A batch timer that outlived our coordination: nothing to admit (and a timer
+                // left in the past would spin the driver).
+                self.admit_at = None;
+            }
         }
         if self.next_heartbeat.is_some_and(|t| now >= t) {
             self.next_heartbeat = Some(now + self.config.heartbeat_interval);

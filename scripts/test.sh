@@ -5,7 +5,9 @@
 # per policy with node caching and read delegations on, by default.
 # CONCLAVE_SIM_SEEDS / CONCLAVE_LOCK_SEEDS / CONCLAVE_SIM_HARSH_SEEDS / CONCLAVE_LOCK_HARSH_SEEDS /
 # CONCLAVE_CACHE_SEEDS / CONCLAVE_CACHE_HARSH_SEEDS / CONCLAVE_SIM_FIRST_SEED choose other bands; CONCLAVE_SIM_FAULTS=harsh runs the gentle bands'
-# tests with the harsh profile.
+# tests with the harsh profile. Clusters of 32 and 64 members: CONCLAVE_LARGE_SEEDS (membership,
+# default 4 per size and profile) and CONCLAVE_LARGE_LOCK_SEEDS (locking, default 1 per size,
+# policy and profile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo test --workspace --all-features --release -- --nocapture

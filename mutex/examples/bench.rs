@@ -4,7 +4,7 @@
 //! shared and noisy: compare ratios within one run only.
 //!
 //! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`,
-//! or `seal`)
+//! `seal`, `cache` or `scale`; the `scale` mode is described in `bench_scale/mod.rs`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -50,6 +50,9 @@ use std::sync::Arc;
 use conclave::api::Transport;
 use conclave::{EndpointConfig, Node, NodeCacheConfig};
 
+#[path = "bench_scale/mod.rs"]
+mod scale;
+
 type Error = Box<dyn std::error::Error>;
 
 const PINGS: usize = 2_000;
@@ -61,7 +64,9 @@ const CONTENDED_FOR: Duration = Duration::from_secs(3);
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("child") if args.get(1).is_some_and(|a| a == "scale") => scale::child(&args[2..]),
         Some("child") => child(&args[1..]),
+        Some("scale") => scale::run(),
         None | Some("udp") => smol::block_on(parent(Mode::Udp)),
         Some("tcp") => smol::block_on(parent(Mode::Tcp)),
         Some("seal") => smol::block_on(seal()),

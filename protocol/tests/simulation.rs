@@ -130,6 +130,51 @@ fn harsh_seeds_run_clean() {
     assert!(total.gms.takeovers > 0 && total.gms.merges_led > 0);
 }
 
+/// Clusters of 32 and 64 members, gentle and harsh: `CONCLAVE_LARGE_SEEDS` seeds per size and
+/// profile (default 4 in release builds, 1 in debug builds). Replay one with
+/// `CONCLAVE_SIM_NODES=64` (and `CONCLAVE_SIM_FAULTS=harsh`) and `CONCLAVE_SIM_SEED`.
+#[test]
+fn large_clusters_run_clean() {
+    let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
+    let count = env_u64(
+        "CONCLAVE_LARGE_SEEDS",
+        if cfg!(debug_assertions) { 1 } else { 4 },
+    );
+    let mut failures = Vec::new();
+    let mut all = Report::default();
+    for nodes in [32, 64] {
+        for (name, config) in [
+            ("gentle", SimConfig::default()),
+            ("harsh", SimConfig::harsh()),
+        ] {
+            let config = config.with_nodes(nodes);
+            let mut total = Report::default();
+            for seed in first..first + count {
+                match sim::run(seed, &config) {
+                    Ok(report) => total.accumulate(&report),
+                    Err(violation) => failures.push(violation),
+                }
+            }
+            println!("simulator, {nodes} members, {name}: {count} seeds\n{total}");
+            all.accumulate(&total);
+        }
+    }
+    if count > 0 {
+        assert!(
+            all.coordinator_crashes > 0,
+            "no coordinator crash was exercised"
+        );
+        assert!(all.gms.takeovers > 0 && all.gms.merges_led > 0);
+    }
+    if let Some(first) = failures.first() {
+        let failed: Vec<u64> = failures.iter().map(|v| v.seed).collect();
+        panic!(
+            "{} large-cluster runs violated an invariant (seeds {failed:?}); the first:\n{first}",
+            failures.len()
+        );
+    }
+}
+
 #[test]
 fn the_same_seed_gives_the_same_run() {
     let config = SimConfig::default();

@@ -10,6 +10,11 @@ use thiserror::Error;
 /// [`GmsConfig::suspect_timeout`] (3 s) and excluded at the next heartbeat tick; partitions that
 /// heal are merged within about two [`GmsConfig::announce_interval`]s.
 ///
+/// Heartbeats: the coordinator sends one to every member and every member one to the
+/// coordinator; each other member also sends one to the next [`WATCHERS`](super::WATCHERS)
+/// members of the view (a ring), so a member's heartbeat cost does not grow with the cluster
+/// (the coordinator's grows linearly).
+///
 /// ```
 /// use std::time::Duration;
 /// use conclave_protocol::gms::GmsConfig;
@@ -19,8 +24,8 @@ use thiserror::Error;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GmsConfig {
-    /// How often a member sends a heartbeat to every other member of its view.
-    /// Default 500 ms. Must be shorter than `suspect_timeout`; a third of it or less is wise.
+    /// How often a member sends its heartbeats (the coordinator to every member, the others to
+    /// the coordinator and their ring successors). Default 500 ms. Must be shorter than `suspect_timeout`; a third of it or less is wise.
     pub heartbeat_interval: Duration,
     /// A member not heard from (heartbeat or any other frame) for this long is suspected; the
     /// coordinator then excludes it, and if the coordinator is suspected the next member takes
@@ -40,6 +45,11 @@ pub struct GmsConfig {
     /// How long a leaving member waits for the coordinator to confirm before it leaves anyway.
     /// Default 2 s.
     pub leave_timeout: Duration,
+    /// How long a coordinator collects join requests before it admits them, all in one view
+    /// (JGroups' view bundling). Default 50 ms. Longer admits bigger batches when many members
+    /// start together (fewer views, each sent to every member) at the cost of join latency;
+    /// zero admits every join in a view of its own. Must be shorter than `join_timeout`.
+    pub join_batch: Duration,
 }
 
 impl Default for GmsConfig {
@@ -52,6 +62,7 @@ impl Default for GmsConfig {
             join_timeout: Duration::from_secs(2),
             announce_interval: Duration::from_secs(1),
             leave_timeout: Duration::from_secs(2),
+            join_batch: Duration::from_millis(50),
         }
     }
 }
@@ -67,6 +78,7 @@ impl GmsConfig {
             join_timeout: Duration::from_millis(500),
             announce_interval: Duration::from_millis(250),
             leave_timeout: Duration::from_millis(500),
+            join_batch: Duration::from_millis(20),
         }
     }
 
@@ -90,6 +102,9 @@ impl GmsConfig {
         if self.suspect_timeout < self.heartbeat_interval * 2 {
             return Err(GmsConfigError::SuspectTooShort);
         }
+        if self.join_batch >= self.join_timeout {
+            return Err(GmsConfigError::JoinBatchTooLong);
+        }
         Ok(())
     }
 }
@@ -104,6 +119,9 @@ pub enum GmsConfigError {
     /// Suspicion would fire between two heartbeats.
     #[error("suspect_timeout must be at least twice heartbeat_interval")]
     SuspectTooShort,
+    /// Joiners would give up before the coordinator admits them.
+    #[error("join_batch must be shorter than join_timeout")]
+    JoinBatchTooLong,
 }
 
 #[cfg(test)]

@@ -12,9 +12,15 @@
 //!   the coordinator of the first view it hears of to join. With no answer for the discovery
 //!   timeout, the lowest-id joiner founds a cluster of its own (any joiner does after twice
 //!   that), at an epoch above every epoch it heard of.
-//! - Members heartbeat each other. The coordinator excludes members it has not heard from for
-//!   the suspect timeout; a member that suspects the coordinator and every member ranked before
-//!   it takes over and installs a view without them.
+//! - The coordinator admits the joins that arrive within [`GmsConfig::join_batch`] of each other
+//!   in one view.
+//! - The coordinator and every member heartbeat each other; each other member also heartbeats
+//!   the next [`WATCHERS`] members of the view, so it *watches* the coordinator and the
+//!   [`WATCHERS`] members ranked just before it. The coordinator excludes members it has not
+//!   heard from for the suspect timeout; a member that suspects the coordinator and every member
+//!   ranked before it takes over and installs a view without them (a member ranked before it
+//!   that it does not watch counts as suspected once the coordinator has been suspected for a
+//!   further suspect timeout: had it lived, it would have taken over by then).
 //! - Coordinators announce their view on the discovery channel. A coordinator that hears
 //!   another coordinator's announcement, and no coordinator with a lower id, installs a merge
 //!   view: its members, then the other views' members, with an epoch above all of them.
@@ -59,6 +65,13 @@ pub use types::{GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
 /// (or forged) members costs bounded memory.
 const MAX_REMEMBERED: usize = 256;
 
+/// How many ring successors a member other than the coordinator heartbeats (and so how many
+/// ring predecessors it watches, besides the coordinator). A takeover needs the member to know
+/// that everyone ranked before it is gone: with two, a crash of the coordinator together with
+/// the next one or two members is taken over within the suspect timeout; larger crashes wait
+/// one more suspect timeout.
+pub const WATCHERS: usize = 2;
+
 #[derive(Debug)]
 enum Phase {
     Idle,
@@ -97,6 +110,11 @@ pub struct Gms {
     stray_since: BTreeMap<MemberId, Instant>,
     next_heartbeat: Option<Instant>,
     next_announce: Option<Instant>,
+    /// As coordinator: when the join requests collected so far are admitted.
+    admit_at: Option<Instant>,
+    /// The members whose silence this member judges: everyone but itself as coordinator, else
+    /// the coordinator and its [`WATCHERS`] ring predecessors.
+    watched: BTreeSet<MemberId>,
     pending_joins: Vec<MemberId>,
     pending_leaves: BTreeSet<MemberId>,
     /// Other coordinators heard announcing, with their view and when.
@@ -124,6 +142,8 @@ impl Gms {
             stray_since: BTreeMap::new(),
             next_heartbeat: None,
             next_announce: None,
+            admit_at: None,
+            watched: BTreeSet::new(),
             pending_joins: Vec::new(),
             pending_leaves: BTreeSet::new(),
             merge_candidates: BTreeMap::new(),
@@ -369,7 +389,7 @@ impl Gms {
                 }
                 Some(next)
             }
-            Phase::Member => [self.next_heartbeat, self.next_announce]
+            Phase::Member => [self.next_heartbeat, self.next_announce, self.admit_at]
                 .into_iter()
                 .flatten()
                 .min(),
@@ -383,10 +403,16 @@ impl Gms {
                 joining.joiners.insert(from.clone());
             }
             Phase::Member => {
-                // Every member answers, not only the coordinator: a joiner that hears of an
-                // existing cluster (and its epoch) does not found a new one while the
-                // cluster replaces a dead coordinator.
-                if let Some(view) = &self.view {
+                // The coordinator answers, and so do the members next in line to take over: a
+                // joiner that hears of an existing cluster (and its epoch) does not found a
+                // new one while the cluster replaces a dead coordinator. The others keep
+                // quiet, so a ping costs a few answers, not one per member.
+                let in_line = self
+                    .view
+                    .as_ref()
+                    .and_then(|v| v.rank(&self.local))
+                    .is_some_and(|rank| rank <= WATCHERS);
+                if let Some(view) = self.view.as_ref().filter(|_| in_line) {
                     self.outputs.push_back(GmsOutput::DiscoveryReply {
                         to: from.addr(),
                         discovery: Discovery::Announce { view: view.clone() },
@@ -445,7 +471,11 @@ impl Gms {
         if !self.pending_joins.contains(from) && self.pending_joins.len() < MAX_REMEMBERED {
             self.pending_joins.push(from.clone());
         }
-        self.apply_changes(now);
+        // Joins that arrive together are admitted together: one view, not one per joiner.
+        let admit_at = *self.admit_at.get_or_insert(now + self.config.join_batch);
+        if now >= admit_at {
+            self.apply_changes(now);
+        }
     }
 
     fn handle_leave_request(&mut self, now: Instant, from: &MemberId) {
@@ -539,6 +569,15 @@ impl Gms {
     }
 
     fn member_tick(&mut self, now: Instant) {
+        if self.admit_at.is_some_and(|t| now >= t) {
+            if self.is_coordinator() {
+                self.apply_changes(now);
+            } else {
+                // A batch timer that outlived our coordination: nothing to admit (and a timer
+                // left in the past would spin the driver).
+                self.admit_at = None;
+            }
+        }
         if self.next_heartbeat.is_some_and(|t| now >= t) {
             self.next_heartbeat = Some(now + self.config.heartbeat_interval);
             self.send_heartbeats();
@@ -567,20 +606,22 @@ impl Gms {
         // every member, so the next view (and its fencing tokens) exceeds them all.
         let epoch = self.max_epoch_seen.max(view.epoch());
         let (view_epoch, coordinator) = (view.epoch(), view.coordinator().incarnation());
-        for member in view.members() {
-            if *member != self.local {
-                self.outputs.push_back(GmsOutput::Heartbeat {
-                    to: member.clone(),
-                    epoch,
-                    view_epoch,
-                    coordinator,
-                });
-            }
+        for member in heartbeat_targets(view, &self.local) {
+            self.outputs.push_back(GmsOutput::Heartbeat {
+                to: member.clone(),
+                epoch,
+                view_epoch,
+                coordinator,
+            });
         }
     }
 
     fn is_suspected(&self, now: Instant, member: &MemberId) -> bool {
-        let timeout = self.config.suspect_timeout;
+        self.silent_for(now, member, self.config.suspect_timeout)
+    }
+
+    /// Whether `member` has been silent (or stray) for longer than `timeout`.
+    fn silent_for(&self, now: Instant, member: &MemberId, timeout: std::time::Duration) -> bool {
         member != &self.local
             && (self
                 .last_heard
@@ -594,6 +635,7 @@ impl Gms {
 
     /// As coordinator: install a view with the pending joins, leaves and exclusions, if any.
     fn apply_changes(&mut self, now: Instant) {
+        self.admit_at = None;
         let Some(view) = self.view.clone() else {
             return;
         };
@@ -660,18 +702,31 @@ impl Gms {
         let Some(rank) = view.rank(&self.local) else {
             return;
         };
-        if rank == 0
-            || !view.members()[..rank]
-                .iter()
-                .all(|m| self.is_suspected(now, m))
-        {
+        if rank == 0 {
             return;
         }
+        // A member ranked before us that we do not watch is presumed gone once the coordinator
+        // has been suspected for a further suspect timeout: alive, it would have taken over.
+        let coordinator_long_gone =
+            self.silent_for(now, view.coordinator(), self.config.suspect_timeout * 2);
+        let gone = |m: &MemberId| {
+            if self.watched.contains(m) {
+                self.is_suspected(now, m)
+            } else {
+                coordinator_long_gone
+            }
+        };
+        if !view.members()[..rank].iter().all(gone) {
+            return;
+        }
+        // Everyone ranked before us goes (we must come first); after us, only the members we
+        // watch and suspect (the others are watched from now on, and excluded if silent).
         let suspects: Vec<MemberId> = view
             .members()
             .iter()
-            .filter(|m| self.is_suspected(now, m))
-            .cloned()
+            .enumerate()
+            .filter(|(i, m)| *i < rank || (self.watched.contains(*m) && self.is_suspected(now, m)))
+            .map(|(_, m)| m.clone())
             .collect();
         let members: Vec<MemberId> = view
             .members()
@@ -756,14 +811,20 @@ impl Gms {
     fn install(&mut self, now: Instant, view: View, origin: ViewOrigin) {
         let was_coordinator = self.is_coordinator();
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
+        let watched = watched_members(&view, &self.local);
         let mut heard = BTreeMap::new();
         for member in view.members() {
-            // A member new to our view gets a full suspect timeout of grace; the others keep
-            // their clocks, so frequent view changes cannot hide a dead member.
-            let at = self.last_heard.get(member).copied().unwrap_or(now);
+            // A member new to our view, or newly watched by us, gets a full suspect timeout of
+            // grace; the others keep their clocks, so frequent view changes cannot hide a dead
+            // member.
+            let at = match self.last_heard.get(member) {
+                Some(at) if self.watched.contains(member) || !watched.contains(member) => *at,
+                _ => now,
+            };
             heard.insert(member.clone(), at);
         }
         self.last_heard = heard;
+        self.watched = watched;
         // A new view starts every member's lineage check afresh: one that still follows
         // another coordinator shows it again with its next heartbeat.
         self.stray_since.clear();
@@ -779,6 +840,7 @@ impl Gms {
             }
         } else {
             self.next_announce = None;
+            self.admit_at = None;
             self.pending_joins.clear();
             self.pending_leaves.clear();
             self.merge_candidates.clear();
@@ -842,6 +904,43 @@ impl Gms {
     #[cfg(not(feature = "sim"))]
     fn never_exclude(&self) -> bool {
         false
+    }
+}
+
+/// Whom a member of `view` heartbeats: the coordinator everyone; every other member the
+/// coordinator and the next [`WATCHERS`] members after it (no wrap-around: the members ranked
+/// first need no watchers to take over).
+pub(crate) fn heartbeat_targets<'a>(
+    view: &'a View,
+    local: &'a MemberId,
+) -> impl Iterator<Item = &'a MemberId> + 'a {
+    let members = view.members();
+    let rank = view.rank(local);
+    let (coordinator, ring) = match rank {
+        Some(0) => (None, &members[1..]),
+        Some(r) => {
+            let end = members.len().min(r + 1 + WATCHERS);
+            (members.first(), &members[r + 1..end])
+        }
+        None => (None, &members[..0]),
+    };
+    coordinator.into_iter().chain(ring.iter())
+}
+
+/// Whom a member of `view` watches (judges silent): the heartbeat targets read backwards.
+fn watched_members(view: &View, local: &MemberId) -> BTreeSet<MemberId> {
+    let members = view.members();
+    match view.rank(local) {
+        Some(0) => members[1..].iter().cloned().collect(),
+        Some(r) => {
+            let start = r.saturating_sub(WATCHERS).max(1);
+            members[..1]
+                .iter()
+                .chain(&members[start..r])
+                .cloned()
+                .collect()
+        }
+        None => BTreeSet::new(),
     }
 }
 

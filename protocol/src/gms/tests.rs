@@ -365,3 +365,106 @@ fn an_announced_view_of_the_last_epoch_does_not_overflow_the_merge() {
     assert_eq!(view.epoch(), u64::MAX);
     assert_eq!(view.members(), [member(1), member(2)]);
 }
+
+/// Node indices of `view`'s members, in rank order.
+fn ranks(net: &Net, view: &View) -> Vec<usize> {
+    view.members()
+        .iter()
+        .map(|m| net.index_of(m).expect("a member of the net"))
+        .collect()
+}
+
+#[test]
+fn each_member_watches_exactly_those_that_heartbeat_it() {
+    let members: Vec<MemberId> = (1..=64).map(member).collect();
+    let view = View::new(7, members.clone()).unwrap();
+    for (rank, m) in members.iter().enumerate() {
+        let targets: Vec<&MemberId> = heartbeat_targets(&view, m).collect();
+        if rank == 0 {
+            assert_eq!(targets.len(), 63);
+        } else {
+            assert!(targets.len() <= 1 + WATCHERS, "rank {rank}: {targets:?}");
+            assert_eq!(
+                targets[0], &members[0],
+                "everyone heartbeats the coordinator"
+            );
+        }
+        // Symmetry: m watches w exactly when w heartbeats m.
+        let watched = watched_members(&view, m);
+        for w in &members {
+            let beats_m = heartbeat_targets(&view, w).any(|t| t == m);
+            assert_eq!(watched.contains(w), beats_m, "rank {rank} and {w}");
+        }
+    }
+}
+
+#[test]
+fn coordinator_and_next_member_crashing_together_are_taken_over_in_one_timeout() {
+    let mut net = Net::new(8);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    let order = ranks(&net, net.view(0).unwrap());
+    net.nodes[order[0]] = None;
+    net.nodes[order[1]] = None;
+    // Suspect timeout (400 ms) plus a heartbeat tick and some slack.
+    net.run_for(Duration::from_millis(500));
+    net.assert_one_view_of(&order[2..]);
+    let takeovers: u64 = net
+        .nodes
+        .iter()
+        .flatten()
+        .map(|g| g.stats().takeovers)
+        .sum();
+    assert_eq!(takeovers, 1);
+    assert_eq!(
+        net.view(order[2]).unwrap().coordinator(),
+        &member(order[2] as u8 + 1)
+    );
+}
+
+#[test]
+fn a_longer_run_of_crashes_at_the_head_of_the_view_is_taken_over_once() {
+    let mut net = Net::new(8);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    let order = ranks(&net, net.view(0).unwrap());
+    // The coordinator and the next three: rank 4 watches ranks 2 and 3 but not rank 1, so it
+    // waits a second suspect timeout for rank 1 to take over first.
+    for &i in &order[..4] {
+        net.nodes[i] = None;
+    }
+    net.run_for(Duration::from_millis(500));
+    let survivor_view = net.view(order[4]).unwrap().clone();
+    assert!(
+        survivor_view.contains(&member(order[0] as u8 + 1)),
+        "too early"
+    );
+    // Twice the suspect timeout plus ticks, then the exclusions of the view's first round.
+    net.run_for(Duration::from_millis(1500));
+    net.assert_one_view_of(&order[4..]);
+    let takeovers: u64 = net
+        .nodes
+        .iter()
+        .flatten()
+        .map(|g| g.stats().takeovers)
+        .sum();
+    assert_eq!(takeovers, 1);
+}
+
+#[test]
+fn joins_that_arrive_together_are_admitted_in_one_view() {
+    let mut net = Net::new(16);
+    let now = net.now;
+    net.nodes[0].as_mut().unwrap().join(now);
+    net.run_for(Duration::from_secs(1));
+    let now = net.now;
+    for g in net.nodes.iter_mut().skip(1).flatten() {
+        g.join(now);
+    }
+    net.run_for(Duration::from_secs(1));
+    net.assert_one_view_of(&(0..16).collect::<Vec<_>>());
+    // The founder's view, then one view with all fifteen joiners.
+    let g0 = net.nodes[0].as_mut().unwrap();
+    assert_eq!(g0.stats().views_installed, 2);
+    assert_eq!(g0.stats().joins_accepted, 15);
+}

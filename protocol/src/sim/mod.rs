@@ -32,6 +32,7 @@ mod lock_check;
 mod network;
 mod report;
 mod rng;
+pub mod scale;
 mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -173,15 +174,36 @@ impl SimConfig {
         }
     }
 
-    /// The profile named by `CONCLAVE_SIM_FAULTS` (`harsh`, or anything else for gentle).
+    /// The profile named by `CONCLAVE_SIM_FAULTS` (`harsh`, or anything else for gentle), with
+    /// `CONCLAVE_SIM_NODES` nodes if set.
     pub fn from_env_profile(policy: Option<PartitionPolicy>) -> Self {
         let harsh = std::env::var("CONCLAVE_SIM_FAULTS").is_ok_and(|v| v == "harsh");
-        match (policy, harsh) {
+        let config = match (policy, harsh) {
             (None, false) => SimConfig::default(),
             (None, true) => SimConfig::harsh(),
             (Some(p), false) => SimConfig::locking(p),
             (Some(p), true) => SimConfig::locking_harsh(p),
+        };
+        match std::env::var("CONCLAVE_SIM_NODES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            Some(nodes) => config.with_nodes(nodes),
+            None => config,
         }
+    }
+
+    /// The same profile with `nodes` node slots (under `Majority`, the cluster size follows,
+    /// and a majority stays up).
+    pub fn with_nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes.max(1);
+        if self.endpoint.locks.policy.is_majority() {
+            self.endpoint.locks.policy = PartitionPolicy::Majority {
+                cluster_size: self.nodes,
+            };
+            self.max_down = (self.nodes - 1) / 2;
+        }
+        self
     }
 }
 
@@ -938,7 +960,12 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
             profile.push_str(&format!("CONCLAVE_SIM_TRANSFER={} ", w.transfer));
         }
     }
-    format!("{profile}CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
+    let nodes = if config.nodes == SimConfig::default().nodes {
+        String::new()
+    } else {
+        format!("CONCLAVE_SIM_NODES={} ", config.nodes)
+    };
+    format!("{profile}{nodes}CONCLAVE_SIM_SEED={seed} {test} replay -- --nocapture")
 }
 
 fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {

@@ -16,7 +16,9 @@
 //!   dropped (released without waiting) before the next lock: latency p50/p99, pairs per second,
 //!   and the p50 as a ratio of the floor;
 //! - contended: four member processes loop lock/unlock on one lock: handoffs per second and
-//!   this process's acquire latency;
+//!   this process's acquire latency; then 16 tasks spread over those four processes (4 each)
+//!   on one lock, and 8 tasks of this process on one lock whose grantor is elsewhere, with
+//!   node-level caching off and on (see `contend.rs`);
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
 //!   coordinator until this process is granted the lock.
 //!
@@ -463,6 +465,8 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     let elapsed = start.elapsed().as_secs_f64();
     contended.sort();
     drop(hammers);
+    let spread = contend::spread(&net, &node).await?;
+    let local = contend::local(&net, &node).await?;
 
     // Failover: the coordinator holds a lock; this process waits; kill -9 the coordinator.
     coordinator.send("hold failover")?;
@@ -520,6 +524,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         micros(percentile(&contended, 0.5)),
         micros(percentile(&contended, 0.99))
     );
+    contend::print(&spread, &local, floor);
     println!("| failover: kill -9 of the coordinator to the next grant | {:.0} ms (suspect timeout of `EndpointConfig::local()`: 400 ms) |", failover.as_secs_f64() * 1e3);
     Ok(())
 }
@@ -606,9 +611,13 @@ fn child(args: &[String]) -> Result<(), Error> {
             node.leave().await;
             Ok(())
         }),
+        "tasks" => contend::child(args),
         other => Err(format!("unknown child role {other:?}").into()),
     }
 }
+
+#[path = "bench/contend.rs"]
+mod contend;
 
 /// A UDP transport that counts the lock-protocol datagrams it sends.
 struct Counted {

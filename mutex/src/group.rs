@@ -85,9 +85,7 @@ impl LockBackend for Inner {
                     timeout: request.timeout,
                 },
             );
-            if let Some(slot) = shared.slots.get_mut(&id) {
-                slot.spin_until = self.spin_deadline();
-            }
+            shared.start_spin(id, self.spin_deadline());
             (id, shared.settle(now))
         };
         self.flush(effects);

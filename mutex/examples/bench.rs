@@ -443,6 +443,8 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         hammers.push(p);
     }
     let hot = node.mutex("hot")?;
+    let grantor_cpu = contend::child_cpu(&mut coordinator)?;
+    let cpu_here = contend::cpu_time();
     for p in &mut hammers {
         p.send("go")?;
     }
@@ -455,14 +457,15 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         drop(guard);
     }
     let mut handoffs = contended.len() as u64;
+    let mut contenders_cpu = contend::cpu_time().saturating_sub(cpu_here);
     for p in &mut hammers {
-        let line = p.line()?;
-        handoffs += line
-            .strip_prefix("COUNT ")
-            .ok_or("bad count")?
-            .parse::<u64>()?;
+        let (count, cpu) = contend::count_and_cpu(&p.line()?)?;
+        handoffs += count;
+        contenders_cpu += cpu;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let grantor_cpu = contend::child_cpu(&mut coordinator)?.saturating_sub(grantor_cpu);
+    let cpu_rows = contend::Cpu::per_handoff(contenders_cpu, grantor_cpu, handoffs);
     contended.sort();
     drop(hammers);
     let spread = contend::spread(&net, &node).await?;
@@ -524,6 +527,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         micros(percentile(&contended, 0.5)),
         micros(percentile(&contended, 0.99))
     );
+    cpu_rows.print();
     contend::print(&spread, &local, floor);
     println!("| failover: kill -9 of the coordinator to the next grant | {:.0} ms (suspect timeout of `EndpointConfig::local()`: 400 ms) |", failover.as_secs_f64() * 1e3);
     Ok(())
@@ -568,6 +572,9 @@ fn child(args: &[String]) -> Result<(), Error> {
             let mut held = Vec::new();
             for line in std::io::stdin().lock().lines() {
                 let line = line?;
+                if line == "cpu" {
+                    println!("CPU {}", contend::cpu_time().as_micros());
+                }
                 if let Some(name) = line.strip_prefix("hold ") {
                     held.push(node.mutex(name)?.lock().await?);
                     println!("HELD");
@@ -602,12 +609,14 @@ fn child(args: &[String]) -> Result<(), Error> {
             let mut line = String::new();
             std::io::stdin().lock().read_line(&mut line)?;
             let start = Instant::now();
+            let cpu = contend::cpu_time();
             let mut count = 0u64;
             while start.elapsed() < run_for {
                 drop(hot.lock().await?);
                 count += 1;
             }
-            println!("COUNT {count}");
+            let cpu = contend::cpu_time().saturating_sub(cpu).as_micros();
+            println!("COUNT {count} CPU {cpu}");
             node.leave().await;
             Ok(())
         }),

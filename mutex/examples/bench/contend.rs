@@ -124,6 +124,71 @@ pub(crate) fn child(args: &[String]) -> Result<(), Error> {
     })
 }
 
+/// CPU time this process has used (user and system, all threads), from `/proc/self/stat`
+/// (zero where it cannot be read).
+pub(crate) fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name (in parentheses, which may hold spaces).
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    // Linux reports these in clock ticks of 100 per second on every common configuration.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Parses a hammer's `COUNT <n> CPU <µs>` line.
+pub(crate) fn count_and_cpu(line: &str) -> Result<(u64, Duration), Error> {
+    let mut words = line.split_whitespace();
+    let (Some("COUNT"), Some(count), Some("CPU"), Some(cpu)) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(format!("bad count line {line:?}").into());
+    };
+    Ok((count.parse()?, Duration::from_micros(cpu.parse()?)))
+}
+
+/// Asks a `member` child for its CPU time so far.
+pub(crate) fn child_cpu(p: &mut Proc) -> Result<Duration, Error> {
+    p.send("cpu")?;
+    let line = p.line()?;
+    let micros = line
+        .strip_prefix("CPU ")
+        .ok_or_else(|| format!("expected CPU, child said {line:?}"))?;
+    Ok(Duration::from_micros(micros.parse()?))
+}
+
+/// CPU time per handoff in the contended phase: all four contending processes together, and
+/// the grantor's process. On a machine this small the handoff rate is bounded by CPU, so these
+/// say more than the rate when other work shares the machine.
+pub(crate) struct Cpu {
+    contenders: Duration,
+    grantor: Duration,
+}
+
+impl Cpu {
+    pub(crate) fn per_handoff(contenders: Duration, grantor: Duration, handoffs: u64) -> Self {
+        let per = |d: Duration| d / u32::try_from(handoffs.max(1)).unwrap_or(u32::MAX);
+        Self {
+            contenders: per(contenders),
+            grantor: per(grantor),
+        }
+    }
+
+    pub(crate) fn print(&self) {
+        println!(
+            "| contended: CPU per handoff, 4 contending processes together / grantor process | {:.1} µs / {:.1} µs |",
+            self.contenders.as_secs_f64() * 1e6,
+            self.grantor.as_secs_f64() * 1e6
+        );
+    }
+}
+
 /// Prints the rows, with each rate as a ratio of `1 / floor`.
 pub(crate) fn print(spread: &Spread, local: &Local, floor: Duration) {
     let per_rtt = |rate: f64| rate * floor.as_secs_f64();

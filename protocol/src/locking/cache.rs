@@ -97,6 +97,9 @@ struct Entry {
     queue: VecDeque<Queued>,
     /// Asked back (or the block used up): serve no more, return once free.
     revoking: bool,
+    /// The grantor queued the node grant behind other owners: new local requests go to the
+    /// grantor (in its FIFO order) until it is granted.
+    behind_others: bool,
     /// Since when nobody holds it here.
     idle_since: Instant,
 }
@@ -148,13 +151,17 @@ impl LockService {
         }
         let name = request.name.clone();
         if let Some(entry) = self.cache.entries.get(&name) {
-            // Being revoked, or cached in the other mode: ask the grantor (in its FIFO order).
-            // Still on its way, or going back only because its token block is used up (it is
-            // renewed at once, see `cache_return`): wait here, so that this member's owners do
-            // not queue at the grantor behind their own node grant (which would revoke it).
+            // Being revoked, cached in the other mode, or queued at the grantor behind other
+            // owners: ask the grantor (in its FIFO order). Still on its way and not queued, or
+            // going back only because its token block is used up (it is renewed at once, see
+            // `cache_return`): wait here, so that this member's owners do not queue at the
+            // grantor behind their own node grant (which would make it revoke the grant).
             let backing_off = self.cache.backoff.get(&name).is_some_and(|t| now < *t);
             let renewing = entry.revoking && !backing_off && used_up(entry.block);
-            if entry.mode != request.mode || (entry.revoking && !(renewing && request.wait)) {
+            if entry.mode != request.mode
+                || (entry.revoking && !(renewing && request.wait))
+                || (entry.block.is_none() && entry.behind_others)
+            {
                 return None;
             }
             let id = self.client.next_id();
@@ -223,6 +230,7 @@ impl LockService {
                     deadline: request.timeout.map(|t| now + t),
                 }]),
                 revoking: false,
+                behind_others: false,
                 idle_since: now,
             },
         );
@@ -366,6 +374,7 @@ impl LockService {
                 holders: Vec::new(),
                 queue,
                 revoking: false,
+                behind_others: false,
                 idle_since: now,
             },
         );
@@ -570,6 +579,9 @@ impl LockService {
                     self.client.unlock(grant, &mut self.outbox);
                 }
                 LockNotice::Queued { position, .. } if ours => {
+                    if let Some(entry) = self.cache.entries.get_mut(&name) {
+                        entry.behind_others = true;
+                    }
                     // The node grant waits at the grantor: so does the first local waiter.
                     if let Some(head) = self.cache.entries.get(&name).and_then(|e| e.queue.front())
                     {

@@ -15,8 +15,9 @@
 //! - uncontended: `lock().await` from a member whose grantor is another process, the guard
 //!   dropped (released without waiting) before the next lock: latency p50/p99, pairs per second,
 //!   and the p50 as a ratio of the floor;
-//! - contended: four member processes loop lock/unlock on one lock: handoffs per second and
-//!   this process's acquire latency; then 16 tasks spread over those four processes (4 each)
+//! - contended: four member processes loop lock/unlock on one lock: handoffs per second, this
+//!   process's acquire latency, and the CPU time per handoff of the four contending processes
+//!   and of the grantor's process; then 16 tasks spread over those four processes (4 each)
 //!   on one lock, and 8 tasks of this process on one lock whose grantor is elsewhere, with
 //!   node-level caching off and on (see `contend.rs`);
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the

@@ -15,8 +15,11 @@
 //! - uncontended: `lock().await` from a member whose grantor is another process, the guard
 //!   dropped (released without waiting) before the next lock: latency p50/p99, pairs per second,
 //!   and the p50 as a ratio of the floor;
-//! - contended: four member processes loop lock/unlock on one lock: handoffs per second and
-//!   this process's acquire latency;
+//! - contended: four member processes loop lock/unlock on one lock: handoffs per second, this
+//!   process's acquire latency, and the CPU time per handoff of the four contending processes
+//!   and of the grantor's process; then 16 tasks spread over those four processes (4 each)
+//!   on one lock, and 8 tasks of this process on one lock whose grantor is elsewhere, with
+//!   node-level caching off and on (see `contend.rs`);
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
 //!   coordinator until this process is granted the lock.
 //!
@@ -453,6 +456,8 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         hammers.push(p);
     }
     let hot = node.mutex("hot")?;
+    let grantor_cpu = contend::child_cpu(&mut coordinator)?;
+    let cpu_here = contend::cpu_time();
     for p in &mut hammers {
         p.send("go")?;
     }
@@ -465,16 +470,19 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         drop(guard);
     }
     let mut handoffs = contended.len() as u64;
+    let mut contenders_cpu = contend::cpu_time().saturating_sub(cpu_here);
     for p in &mut hammers {
-        let line = p.line()?;
-        handoffs += line
-            .strip_prefix("COUNT ")
-            .ok_or("bad count")?
-            .parse::<u64>()?;
+        let (count, cpu) = contend::count_and_cpu(&p.line()?)?;
+        handoffs += count;
+        contenders_cpu += cpu;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let grantor_cpu = contend::child_cpu(&mut coordinator)?.saturating_sub(grantor_cpu);
+    let cpu_rows = contend::Cpu::per_handoff(contenders_cpu, grantor_cpu, handoffs);
     contended.sort();
     drop(hammers);
+    let spread = contend::spread(&net, &node).await?;
+    let local = contend::local(&net, &node).await?;
 
     // Failover: the coordinator holds a lock; this process waits; kill -9 the coordinator.
     coordinator.send("hold failover")?;
@@ -532,6 +540,8 @@ async fn parent(mode: Mode) -> Result<(), Error> {
         micros(percentile(&contended, 0.5)),
         micros(percentile(&contended, 0.99))
     );
+    cpu_rows.print();
+    contend::print(&spread, &local, floor);
     println!("| failover: kill -9 of the coordinator to the next grant | {:.0} ms (suspect timeout of `EndpointConfig::local()`: 400 ms) |", failover.as_secs_f64() * 1e3);
     Ok(())
 }
@@ -575,6 +585,9 @@ fn child(args: &[String]) -> Result<(), Error> {
             let mut held = Vec::new();
             for line in std::io::stdin().lock().lines() {
                 let line = line?;
+                if line == "cpu" {
+                    println!("CPU {}", contend::cpu_time().as_micros());
+                }
                 if let Some(name) = line.strip_prefix("hold ") {
                     held.push(node.mutex(name)?.lock().await?);
                     println!("HELD");
@@ -609,18 +622,24 @@ fn child(args: &[String]) -> Result<(), Error> {
             let mut line = String::new();
             std::io::stdin().lock().read_line(&mut line)?;
             let start = Instant::now();
+            let cpu = contend::cpu_time();
             let mut count = 0u64;
             while start.elapsed() < run_for {
                 drop(hot.lock().await?);
                 count += 1;
             }
-            println!("COUNT {count}");
+            let cpu = contend::cpu_time().saturating_sub(cpu).as_micros();
+            println!("COUNT {count} CPU {cpu}");
             node.leave().await;
             Ok(())
         }),
+        "tasks" => contend::child(args),
         other => Err(format!("unknown child role {other:?}").into()),
     }
 }
+
+#[path = "bench/contend.rs"]
+mod contend;
 
 /// A UDP transport that counts the lock-protocol datagrams it sends.
 struct Counted {

@@ -87,9 +87,7 @@ impl LockBackend for Inner {
                     lease: request.lease,
                 },
             );
-            if let Some(slot) = shared.slots.get_mut(&id) {
-                slot.spin_until = self.spin_deadline();
-            }
+            shared.start_spin(id, self.spin_deadline());
             (id, shared.settle(now))
         };
         self.flush(effects);

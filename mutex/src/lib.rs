@@ -86,6 +86,7 @@
 //! and makes a minority's holders give their locks up. Fencing tokens strictly increase per
 //! lock across grantor changes: pass them to the resource you protect.
 
+mod contention;
 mod driver;
 mod durable;
 mod duty;

@@ -25,6 +25,7 @@ use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit}
 use event_listener::Event;
 use tracing::{debug, warn};
 
+use crate::contention::Contention;
 use crate::durable::TermFile;
 use crate::duty::ReceiveDuty;
 
@@ -225,6 +226,8 @@ pub(crate) struct Slot {
     pub(crate) released: bool,
     /// Until when a wait for this slot busy-polls (see [`crate::NodeBuilder::spin_wait`]).
     pub(crate) spin_until: Option<std::time::Instant>,
+    /// The grantor queued the request behind another owner.
+    queued: bool,
 }
 
 impl Slot {
@@ -307,6 +310,8 @@ pub(crate) struct Shared {
     pub(crate) durable: Option<TermFile>,
     /// A promised term not yet on disk (a write failed): nothing is sent until it is.
     unsaved: Option<u64>,
+    /// The locks contended here, whose waiters sleep instead of spinning.
+    contention: Contention,
 }
 
 impl Shared {
@@ -330,6 +335,7 @@ impl Shared {
             durable: None,
             unsaved: None,
             tables: BTreeMap::new(),
+            contention: Contention::default(),
         }
     }
 
@@ -373,9 +379,20 @@ impl Shared {
                 releasing: false,
                 released: false,
                 spin_until: None,
+                queued: false,
             },
         );
         id
+    }
+
+    /// Starts the spin of `request`'s wait, until `until`, unless its lock is contended here
+    /// (see [`crate::contention`]).
+    pub(crate) fn start_spin(&mut self, request: RequestId, until: Option<std::time::Instant>) {
+        if let Some(slot) = self.slots.get_mut(&request) {
+            if !self.contention.is_contended(&slot.name) {
+                slot.spin_until = until;
+            }
+        }
     }
 
     /// Forgets `request`: withdraws it if it waits, releases its hold without waiting if it
@@ -497,6 +514,9 @@ impl Shared {
                 token,
             } => match self.slots.get_mut(&request) {
                 Some(slot) if slot.outcome.is_none() => {
+                    if !slot.queued {
+                        self.contention.granted_unqueued(&slot.name);
+                    }
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);
@@ -521,8 +541,12 @@ impl Shared {
                 request, position, ..
             } => {
                 // `Waiting` means queued by the grantor, never an immediate grant.
-                if let Some(slot) = self.slots.get(&request) {
+                if let Some(slot) = self.slots.get_mut(&request) {
+                    // Behind another owner: sleep until the grant (see `crate::contention`).
+                    slot.queued = true;
+                    slot.spin_until = None;
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
+                    self.contention.queued(&name);
                     self.emit(LockEvent::Waiting {
                         name,
                         owner: self.owner_id(owner),

@@ -243,6 +243,96 @@ fn waiters_are_answered_whatever_their_spin() {
     });
 }
 
+/// Counts the wake-ups it is asked for.
+#[derive(Default)]
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Polls `fut` once with a counting waker; returns whether it is pending and how many times
+/// the poll woke its own task (a busy-polling wait asks to be polled again at once).
+fn poll_counting<F: std::future::Future + Unpin>(fut: &mut F) -> (bool, usize) {
+    let counter = std::sync::Arc::new(CountingWaker::default());
+    let waker = std::task::Waker::from(counter.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let pending = std::pin::Pin::new(fut).poll(&mut cx).is_pending();
+    (pending, counter.0.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+/// A waiter the grantor queued behind another owner stops busy-polling and sleeps until its
+/// grant wakes it, even with a spin longer than the wait; and a later request of that lock,
+/// contended here, sleeps from its first poll. (On a small machine spinning waiters take the
+/// CPU the grantor and the next holder need: `docs/benchmarks.md`, issue 16.) A request of a
+/// lock nobody else holds still spins, and each waiter is granted in turn.
+#[test]
+fn a_queued_waiter_sleeps_instead_of_spinning() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let grantor = common::node(&network, "quiet", "grantor").await;
+        let waiter = within(
+            WAIT,
+            "join",
+            Node::builder("quiet")
+                .name("waiter")
+                .transport(network.transport())
+                .config(conclave::EndpointConfig::local())
+                .spin_wait(Duration::from_secs(60))
+                .join(),
+        )
+        .await
+        .unwrap();
+        common::agree(&[&grantor, &waiter]).await;
+        let mut events = waiter.lock_events();
+        let mutex = waiter.mutex("hot").unwrap();
+
+        // Uncontended: the wait spins (it wakes itself) until its grant.
+        let mut free = Box::pin(mutex.lock());
+        let (pending, self_wakes) = poll_counting(&mut free);
+        assert!(!pending || self_wakes > 0, "a free lock's wait spins");
+        drop(within(WAIT, "free lock", free).await.unwrap());
+
+        let held = within(WAIT, "grantor locks", grantor.mutex("hot").unwrap().lock())
+            .await
+            .unwrap();
+        let mut queued = Box::pin(mutex.lock());
+        within(WAIT, "queued", async {
+            loop {
+                let _ = futures::poll!(queued.as_mut());
+                if let Some(LockEvent::Waiting { .. }) = events.next().await {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            poll_counting(&mut queued),
+            (true, 0),
+            "a queued waiter sleeps: its poll does not wake its own task"
+        );
+        // Another owner of this member, on the same lock, now known to be contended.
+        let mut next = Box::pin(mutex.lock());
+        assert_eq!(
+            poll_counting(&mut next),
+            (true, 0),
+            "a request of a contended lock does not spin"
+        );
+        drop(held);
+        let first = within(WAIT, "queued waiter granted", queued).await.unwrap();
+        drop(first);
+        let second = within(WAIT, "next waiter granted", next).await.unwrap();
+        within(WAIT, "unlock", second.unlock()).await.unwrap();
+        waiter.leave().await;
+        grantor.leave().await;
+    });
+}
+
 /// Dropping a node never blocks: it starts the leave and returns; the driver thread finishes
 /// the leave in the background. Here the leave cannot complete quickly (the node is cut off, so
 /// it waits for its leave timeout), yet `drop` returns before the node has stopped: its view

@@ -97,6 +97,9 @@ struct Entry {
     queue: VecDeque<Queued>,
     /// Asked back (or the block used up): serve no more, return once free.
     revoking: bool,
+    /// The grantor queued the node grant behind other owners: new local requests go to the
+    /// grantor (in its FIFO order) until it is granted.
+    behind_others: bool,
     /// Since when nobody holds it here.
     idle_since: Instant,
 }
@@ -131,6 +134,11 @@ pub(crate) struct NodeCache {
 /// The most locks whose evidence or backoff is remembered.
 const EVIDENCE_MAX: usize = 4096;
 
+/// Whether a node grant's token block (base, used) is used up.
+fn used_up(block: Option<(FencingToken, u64)>) -> bool {
+    block.is_some_and(|(_, used)| used >= NODE_GRANT_TOKENS)
+}
+
 impl LockService {
     /// The cache's answer to a local request: `Some(id)` if it took the request (granted at
     /// once, queued at the node, refused, or asked a node grant for it), `None` to send it to
@@ -143,15 +151,23 @@ impl LockService {
         }
         let name = request.name.clone();
         if let Some(entry) = self.cache.entries.get(&name) {
-            // Being revoked, still on its way, or cached in the other mode: ask the grantor
-            // (in its FIFO order).
-            if entry.revoking || entry.block.is_none() || entry.mode != request.mode {
+            // Being revoked, cached in the other mode, or queued at the grantor behind other
+            // owners: ask the grantor (in its FIFO order). Still on its way and not queued, or
+            // going back only because its token block is used up (it is renewed at once, see
+            // `cache_return`): wait here, so that this member's owners do not queue at the
+            // grantor behind their own node grant (which would make it revoke the grant).
+            let backing_off = self.cache.backoff.get(&name).is_some_and(|t| now < *t);
+            let renewing = entry.revoking && !backing_off && used_up(entry.block);
+            if entry.mode != request.mode
+                || (entry.revoking && !(renewing && request.wait))
+                || (entry.block.is_none() && entry.behind_others)
+            {
                 return None;
             }
             let id = self.client.next_id();
             let entry = self.cache.entries.get_mut(&name)?;
             let free = entry.mode == LockMode::Shared || entry.holders.is_empty();
-            if free && entry.queue.is_empty() {
+            if free && entry.queue.is_empty() && entry.block.is_some() && !entry.revoking {
                 self.cache_grant_local(&name, id, request.owner);
             } else if request.wait {
                 entry.queue.push_back(Queued {
@@ -215,6 +231,7 @@ impl LockService {
                     deadline: request.timeout.map(|t| now + t),
                 }]),
                 revoking: false,
+                behind_others: false,
                 idle_since: now,
             },
         );
@@ -319,7 +336,49 @@ impl LockService {
         } else {
             self.client.cancel(entry.grant, &mut self.outbox);
         }
-        self.cache_reroute(name, entry.mode, entry.queue);
+        let now = self.last_now;
+        let backing_off = self.cache.backoff.get(name).is_some_and(|t| now < *t);
+        if used_up(entry.block) && !backing_off && !entry.queue.is_empty() {
+            self.cache_renew(now, name, entry.mode, entry.queue);
+        } else {
+            self.cache_reroute(name, entry.mode, entry.queue);
+        }
+    }
+
+    /// A node grant whose token block is used up went back while local requests wait: they
+    /// keep waiting here, behind a new node grant asked for at once (after the release, in
+    /// FIFO order at the grantor), instead of going to the grantor one by one.
+    fn cache_renew(
+        &mut self,
+        now: Instant,
+        name: &LockName,
+        mode: LockMode,
+        queue: VecDeque<Queued>,
+    ) {
+        let grant = self.client.lock(
+            now,
+            NODE_OWNER,
+            name.clone(),
+            mode,
+            true,
+            None,
+            &mut self.outbox,
+        );
+        self.cache.stats.node_grants_asked += 1;
+        self.cache.grants.insert(grant, name.clone());
+        self.cache.entries.insert(
+            name.clone(),
+            Entry {
+                grant,
+                mode,
+                block: None,
+                holders: Vec::new(),
+                queue,
+                revoking: false,
+                behind_others: false,
+                idle_since: now,
+            },
+        );
     }
 
     /// Sends requests that waited at the node to the grantor, under their own ids.
@@ -522,6 +581,9 @@ impl LockService {
                     self.client.unlock(grant, &mut self.outbox);
                 }
                 LockNotice::Queued { position, .. } if ours => {
+                    if let Some(entry) = self.cache.entries.get_mut(&name) {
+                        entry.behind_others = true;
+                    }
                     // The node grant waits at the grantor: so does the first local waiter.
                     if let Some(head) = self.cache.entries.get(&name).and_then(|e| e.queue.front())
                     {

@@ -963,3 +963,77 @@ fn majority_tokens_never_go_back_across_a_whole_cluster_restart() {
         "without the disks the tokens go back: {forgetful:?} after {before:?}"
     );
 }
+
+/// Node caching on at every member, a node grant asked on the first `lock()`.
+fn caching() -> LockConfig {
+    let mut config = LockConfig::local();
+    config.node_cache.enabled = true;
+    config.node_cache.after = 1;
+    config
+}
+
+fn request(owner: u64, name: &str) -> LockRequest {
+    LockRequest {
+        owner,
+        name: lock_name(name),
+        mode: LockMode::Exclusive,
+        wait: true,
+        timeout: None,
+    }
+}
+
+/// Local owners that ask while their node grant is still on its way wait at the node behind
+/// it: they do not queue at the grantor behind their own node grant, which would make the
+/// grantor revoke it (and the member take the lock plainly, one round trip per handoff, for
+/// the whole backoff).
+#[test]
+fn local_requests_wait_at_the_node_for_a_node_grant_on_its_way() {
+    let mut c = Cluster::new(&[1, 2], caching());
+    c.install(1, &[1, 2], ViewOrigin::Founded);
+    let now = c.now;
+    let first = c.node(2).lock(now, request(1, "hot"));
+    let second = c.node(2).lock(now, request(2, "hot"));
+    let third = c.node(2).lock(now, request(3, "hot"));
+    c.deliver();
+    assert!(c.granted(2, first).is_some());
+    for (held, next) in [(first, second), (second, third)] {
+        assert!(c.granted(2, next).is_none(), "one holder at a time");
+        c.unlock(2, held);
+        assert!(c.granted(2, next).is_some(), "the next local waiter");
+    }
+    let stats = c.node(2).cache_stats();
+    assert_eq!((stats.hits, stats.revokes), (3, 0), "{stats:?}");
+    c.assert_exclusive("local handoffs");
+}
+
+/// When a node grant's token block is used up while local owners wait, they keep waiting at
+/// the node behind a new node grant, asked for at once: every local acquisition is still
+/// served from a node grant, none from a plain grant of the grantor.
+#[test]
+fn local_waiters_stay_at_the_node_across_a_used_up_token_block() {
+    let mut c = Cluster::new(&[1, 2], caching());
+    c.install(1, &[1, 2], ViewOrigin::Founded);
+    let mut held = c.lock(2, 1, "hot", LockMode::Exclusive, true);
+    let mut last = c.granted(2, held).expect("granted");
+    let rounds = conclave_lock_api::wire::NODE_GRANT_TOKENS + 10;
+    for i in 0..rounds {
+        let next = c.lock(2, 2 + i % 2, "hot", LockMode::Exclusive, true);
+        assert!(c.granted(2, next).is_none(), "queued behind the holder");
+        c.unlock(2, held);
+        let token = c.granted(2, next).expect("the waiter is served");
+        assert!(token > last, "tokens increase: {token:?} after {last:?}");
+        c.take_notices(2);
+        (held, last) = (next, token);
+    }
+    let stats = c.node(2).cache_stats();
+    assert_eq!(
+        stats.hits,
+        rounds + 1,
+        "every acquisition from a node grant: {stats:?}"
+    );
+    assert_eq!(
+        (stats.node_grants_asked, stats.revokes),
+        (2, 0),
+        "{stats:?}"
+    );
+}

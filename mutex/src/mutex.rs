@@ -175,7 +175,7 @@ impl Lock {
     /// [`LockLostReason::LeaseExpired`](crate::LockLostReason::LeaseExpired), strictly before
     /// the grantor's deadline, counted on this process's monotonic clock from a send time
     /// before the grant and shortened by the clock-rate margin (`lease × lease / (lease +
-    /// lease_margin)` of the node's [`LockConfig`](crate::LockConfig): about 89% of it with
+    /// lease_margin)` of the node's [`LockConfig`](crate::EndpointConfig::locks): about 89% of it with
     /// the defaults). Watch `guard.lost()`; `unlock()` after expiry answers
     /// [`UnlockError::Lost`](crate::UnlockError::Lost). Call it before the first poll; a lease
     /// set later has no effect. Leased requests are never served from a node cache.

@@ -362,6 +362,7 @@ impl LockService {
             mode,
             true,
             None,
+            None,
             &mut self.outbox,
         );
         self.cache.stats.node_grants_asked += 1;

@@ -979,6 +979,7 @@ fn request(owner: u64, name: &str) -> LockRequest {
         mode: LockMode::Exclusive,
         wait: true,
         timeout: None,
+        lease: None,
     }
 }
 

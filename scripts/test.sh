@@ -7,7 +7,9 @@
 # CONCLAVE_CACHE_SEEDS / CONCLAVE_CACHE_HARSH_SEEDS / CONCLAVE_SIM_FIRST_SEED choose other bands; CONCLAVE_SIM_FAULTS=harsh runs the gentle bands'
 # tests with the harsh profile. Clusters of 32 and 64 members: CONCLAVE_LARGE_SEEDS (membership,
 # default 4 per size and profile) and CONCLAVE_LARGE_LOCK_SEEDS (locking, default 1 per size,
-# policy and profile).
+# policy and profile). Leases per acquisition: CONCLAVE_LEASE_SEEDS / CONCLAVE_LEASE_HARSH_SEEDS
+# (200 / 60 per policy); grantor transfers (Available): CONCLAVE_TRANSFER_SEEDS /
+# CONCLAVE_TRANSFER_HARSH_SEEDS (300 / 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo test --workspace --all-features --release -- --nocapture

@@ -164,6 +164,28 @@ impl<'a> Reader<'a> {
         self.flag().then(|| item(self))
     }
 
+    fn held_lock(&mut self) -> HeldLock {
+        HeldLock {
+            request: self.request(),
+            name: self.name(),
+            owner: self.owner(),
+            mode: self.mode(),
+            token: self.token(),
+            lease_ms: self.option(Self::num),
+        }
+    }
+
+    fn pending_request(&mut self) -> PendingRequest {
+        PendingRequest {
+            request: self.request(),
+            name: self.name(),
+            owner: self.owner(),
+            mode: self.mode(),
+            wait: self.flag(),
+            lease_ms: self.option(Self::num),
+        }
+    }
+
     fn member(&mut self) -> MemberId {
         match usize::from(self.u8() % 8) {
             index @ 0..=PEERS => member(index),
@@ -333,22 +355,8 @@ impl<'a> Reader<'a> {
             14 => LockMessage::LockInfoRequest { epoch: self.num() },
             15 => LockMessage::LockInfoResponse {
                 epoch: self.num(),
-                held: self.vec(|r| HeldLock {
-                    request: r.request(),
-                    name: r.name(),
-                    owner: r.owner(),
-                    mode: r.mode(),
-                    token: r.token(),
-                    lease_ms: r.option(Self::num),
-                }),
-                pending: self.vec(|r| PendingRequest {
-                    request: r.request(),
-                    name: r.name(),
-                    owner: r.owner(),
-                    mode: r.mode(),
-                    wait: r.flag(),
-                    lease_ms: r.option(Self::num),
-                }),
+                held: self.vec(Self::held_lock),
+                pending: self.vec(Self::pending_request),
                 releases: self.vec(|r| PendingRelease {
                     request: r.request(),
                     name: r.name(),
@@ -367,22 +375,8 @@ impl<'a> Reader<'a> {
                 epoch: self.num(),
                 token_epoch: self.num(),
                 last_token: self.token(),
-                held: self.vec(|r| HeldLock {
-                    request: r.request(),
-                    name: r.name(),
-                    owner: r.owner(),
-                    mode: r.mode(),
-                    token: r.token(),
-                    lease_ms: r.option(Self::num),
-                }),
-                waiting: self.vec(|r| PendingRequest {
-                    request: r.request(),
-                    name: r.name(),
-                    owner: r.owner(),
-                    mode: r.mode(),
-                    wait: r.flag(),
-                    lease_ms: r.option(Self::num),
-                }),
+                held: self.vec(Self::held_lock),
+                waiting: self.vec(Self::pending_request),
                 generation: self.num(),
             },
             25 => LockMessage::Transferred {
@@ -531,6 +525,24 @@ impl Writer {
         if let Some(v) = value {
             item(self, v);
         }
+    }
+
+    fn held_lock(&mut self, h: &HeldLock) {
+        self.request(&h.request);
+        self.name(&h.name);
+        self.owner(&h.owner);
+        self.mode(h.mode);
+        self.token(&h.token);
+        self.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
+    }
+
+    fn pending_request(&mut self, p: &PendingRequest) {
+        self.request(&p.request);
+        self.name(&p.name);
+        self.owner(&p.owner);
+        self.mode(p.mode);
+        self.flag(p.wait);
+        self.option(p.lease_ms.as_ref(), |w, v| w.num(*v));
     }
 
     fn member(&mut self, m: &MemberId) {
@@ -790,22 +802,8 @@ impl Writer {
             } => {
                 self.u8(15);
                 self.num(*epoch);
-                self.vec(held, |w, h| {
-                    w.request(&h.request);
-                    w.name(&h.name);
-                    w.owner(&h.owner);
-                    w.mode(h.mode);
-                    w.token(&h.token);
-                    w.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
-                });
-                self.vec(pending, |w, p| {
-                    w.request(&p.request);
-                    w.name(&p.name);
-                    w.owner(&p.owner);
-                    w.mode(p.mode);
-                    w.flag(p.wait);
-                    w.option(p.lease_ms.as_ref(), |w, v| w.num(*v));
-                });
+                self.vec(held, Self::held_lock);
+                self.vec(pending, Self::pending_request);
                 self.vec(releases, |w, r| {
                     w.request(&r.request);
                     w.name(&r.name);
@@ -843,22 +841,8 @@ impl Writer {
                 self.num(*epoch);
                 self.num(*token_epoch);
                 self.token(last_token);
-                self.vec(held, |w, h| {
-                    w.request(&h.request);
-                    w.name(&h.name);
-                    w.owner(&h.owner);
-                    w.mode(h.mode);
-                    w.token(&h.token);
-                    w.option(h.lease_ms.as_ref(), |w, v| w.num(*v));
-                });
-                self.vec(waiting, |w, p| {
-                    w.request(&p.request);
-                    w.name(&p.name);
-                    w.owner(&p.owner);
-                    w.mode(p.mode);
-                    w.flag(p.wait);
-                    w.option(p.lease_ms.as_ref(), |w, v| w.num(*v));
-                });
+                self.vec(held, Self::held_lock);
+                self.vec(waiting, Self::pending_request);
                 self.num(*generation);
             }
             LockMessage::Transferred { epoch, generation } => {

@@ -678,21 +678,11 @@ impl Client {
                         Some(sent) if now < sent + lease => sent,
                         _ => {
                             // The grant's lease ran out before it arrived (the grantor or
-                            // this member stalled): holding it would be unsafe. Release it
-                            // and ask again; the request stays pending.
+                            // this member stalled): holding it would be unsafe.
                             debug!(%request, lock = %name, "grant arrived after its lease; asking again");
-                            notices.push_back(self.unexpected(
-                                request,
-                                &name,
-                                token,
-                                UnexpectedGrant::LeaseRanOut,
-                            ));
-                            self.note_given_back(from, request, token);
-                            out.push_back((from.clone(), self.give_back(request, name, token)));
-                            if let Some(pending) = self.pending.get(&request).cloned() {
-                                let message = self.lock_message(now, request, &pending);
-                                out.push_back((from.clone(), message));
-                            }
+                            self.give_back_and_ask_again(
+                                now, from, request, name, token, out, notices,
+                            );
                             return;
                         }
                     },
@@ -713,20 +703,11 @@ impl Client {
                         }
                         _ => {
                             // The hold's own lease ran out before its grant arrived (or its
-                            // start is unknown): give it back and ask again.
+                            // start is unknown).
                             debug!(%request, lock = %name, "grant arrived after its own lease; asking again");
-                            notices.push_back(self.unexpected(
-                                request,
-                                &name,
-                                token,
-                                UnexpectedGrant::LeaseRanOut,
-                            ));
-                            self.note_given_back(from, request, token);
-                            out.push_back((from.clone(), self.give_back(request, name, token)));
-                            if let Some(pending) = self.pending.get(&request).cloned() {
-                                let message = self.lock_message(now, request, &pending);
-                                out.push_back((from.clone(), message));
-                            }
+                            self.give_back_and_ask_again(
+                                now, from, request, name, token, out, notices,
+                            );
                             return;
                         }
                     },
@@ -873,6 +854,28 @@ impl Client {
             | LockMessage::Transferred { .. }
             | LockMessage::NotGrantor { .. }
             | LockMessage::Revoke { .. } => {}
+        }
+    }
+
+    /// A grant whose lease ran out before it arrived: reported, given back to `from`, and the
+    /// request (still pending) asked again.
+    #[allow(clippy::too_many_arguments)]
+    fn give_back_and_ask_again(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        request: RequestId,
+        name: LockName,
+        token: FencingToken,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        notices.push_back(self.unexpected(request, &name, token, UnexpectedGrant::LeaseRanOut));
+        self.note_given_back(from, request, token);
+        out.push_back((from.clone(), self.give_back(request, name, token)));
+        if let Some(pending) = self.pending.get(&request).cloned() {
+            let message = self.lock_message(now, request, &pending);
+            out.push_back((from.clone(), message));
         }
     }
 

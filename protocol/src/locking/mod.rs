@@ -58,6 +58,9 @@ pub use cache::{CacheStats, NodeCacheConfig};
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
 
+/// The shortest lease of a hold (`LockRequest::lease`).
+const MIN_LEASE: Duration = Duration::from_millis(1);
+
 /// The highest grantor term: terms are the high 32 bits of fencing tokens.
 const MAX_TERM: u64 = u32::MAX as u64;
 
@@ -415,7 +418,14 @@ impl LockService {
     /// grantor had received when it granted (while the request waits, renewals every
     /// `suspend_after / 2` keep `s` recent). Only clock *rates* matter, within the margin of
     /// [`LockConfig::lease_margin`].
-    pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
+    ///
+    /// Leases are counted in whole milliseconds: a shorter one (zero included) is one
+    /// millisecond.
+    pub fn lock(&mut self, now: Instant, mut request: LockRequest) -> RequestId {
+        // A lease the holder could not hold for a moment would be given back and asked for
+        // again without end (found by the `endpoint_input` fuzz smoke: a zero lease at a
+        // member that is its own grantor never settled).
+        request.lease = request.lease.map(|d| d.max(MIN_LEASE));
         self.enter(now);
         let refuse_at_once = self.minority_since.is_some_and(|since| {
             !request.wait || now.saturating_duration_since(since) >= self.config.lease

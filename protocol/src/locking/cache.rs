@@ -104,6 +104,22 @@ struct Entry {
     idle_since: Instant,
 }
 
+impl Entry {
+    /// A node grant asked for (request `grant`), with local requests waiting for it.
+    fn asked(grant: RequestId, mode: LockMode, queue: VecDeque<Queued>, now: Instant) -> Self {
+        Self {
+            grant,
+            mode,
+            block: None,
+            holders: Vec::new(),
+            queue,
+            revoking: false,
+            behind_others: false,
+            idle_since: now,
+        }
+    }
+}
+
 /// A local hold taken from a node grant.
 #[derive(Clone, Debug)]
 struct LocalHold {
@@ -205,36 +221,16 @@ impl LockService {
         if count < config.after || backing_off || !request.wait {
             return None;
         }
-        let grant = self.client.lock(
-            now,
-            NODE_OWNER,
-            name.clone(),
-            request.mode,
-            true,
-            None,
-            None,
-            &mut self.outbox,
-        );
-        self.cache.stats.node_grants_asked += 1;
-        self.cache.grants.insert(grant, name.clone());
+        let grant = self.ask_node_grant(now, &name, request.mode);
         let id = self.client.next_id();
-        self.cache.entries.insert(
-            name,
-            Entry {
-                grant,
-                mode: request.mode,
-                block: None,
-                holders: Vec::new(),
-                queue: VecDeque::from([Queued {
-                    request: id,
-                    owner: request.owner,
-                    deadline: request.timeout.map(|t| now + t),
-                }]),
-                revoking: false,
-                behind_others: false,
-                idle_since: now,
-            },
-        );
+        let queue = VecDeque::from([Queued {
+            request: id,
+            owner: request.owner,
+            deadline: request.timeout.map(|t| now + t),
+        }]);
+        self.cache
+            .entries
+            .insert(name, Entry::asked(grant, request.mode, queue, now));
         Some(id)
     }
 
@@ -355,6 +351,14 @@ impl LockService {
         mode: LockMode,
         queue: VecDeque<Queued>,
     ) {
+        let grant = self.ask_node_grant(now, name, mode);
+        self.cache
+            .entries
+            .insert(name.clone(), Entry::asked(grant, mode, queue, now));
+    }
+
+    /// Asks the grantor for a node grant of `name` (a waiting request of the node owner).
+    fn ask_node_grant(&mut self, now: Instant, name: &LockName, mode: LockMode) -> RequestId {
         let grant = self.client.lock(
             now,
             NODE_OWNER,
@@ -367,19 +371,7 @@ impl LockService {
         );
         self.cache.stats.node_grants_asked += 1;
         self.cache.grants.insert(grant, name.clone());
-        self.cache.entries.insert(
-            name.clone(),
-            Entry {
-                grant,
-                mode,
-                block: None,
-                holders: Vec::new(),
-                queue,
-                revoking: false,
-                behind_others: false,
-                idle_since: now,
-            },
-        );
+        grant
     }
 
     /// Sends requests that waited at the node to the grantor, under their own ids.

@@ -73,6 +73,14 @@ pub enum LockError {
     /// majority's promise to the view's coordinator, and the role does not move.
     #[error("the grantor role cannot move under the Majority partition policy")]
     TransferRefused,
+    /// The lock service was destroyed on this node (`LockService::destroy`): its pending
+    /// requests end with this error, and its handles accept no new request.
+    #[error("the lock service was destroyed")]
+    ServiceDestroyed,
+    /// The node already runs the most lock services it may
+    /// (see `conclave_protocol::MAX_SERVICES`); this one was not opened.
+    #[error("too many lock services on this node")]
+    TooManyServices,
 }
 
 /// An explicit unlock (a guard's `unlock`) could not confirm the release. The lock

@@ -22,6 +22,9 @@ pub enum LockLostReason {
     Expelled,
     /// The node shut down or left the cluster.
     Shutdown,
+    /// The lock service the lock belonged to was destroyed on this node
+    /// (`LockService::destroy`); the lock was released at its grantor.
+    ServiceDestroyed,
 }
 
 impl fmt::Display for LockLostReason {
@@ -32,6 +35,7 @@ impl fmt::Display for LockLostReason {
             LockLostReason::LeaseExpired => "the lock lease expired",
             LockLostReason::Expelled => "the member was excluded from the view",
             LockLostReason::Shutdown => "the node shut down",
+            LockLostReason::ServiceDestroyed => "the lock service was destroyed",
         })
     }
 }

@@ -42,6 +42,6 @@ pub use backend::{
 pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason, UnexpectedGrant};
 pub use ids::{MemberId, OwnerId, RequestId};
-pub use lock::{FencingToken, LockMode, LockName};
+pub use lock::{FencingToken, LockMode, LockName, ServiceName};
 pub use transport::{BlockingRecv, Datagram, Transport};
 pub use view::{View, ViewError, ViewId};

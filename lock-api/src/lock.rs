@@ -76,6 +76,77 @@ impl fmt::Debug for LockName {
     }
 }
 
+/// The name of a lock service: an independent namespace of locks on the same cluster
+/// (Geode's named `DistributedLockService`), with its own grantor, reconciliation and events.
+/// Non-empty UTF-8 of at most [`ServiceName::MAX_LEN`] bytes; valid by construction, including
+/// when decoded from the network.
+///
+/// ```
+/// use conclave_lock_api::{LockNameError, ServiceName};
+///
+/// assert_eq!(ServiceName::new("billing")?.as_str(), "billing");
+/// assert_eq!(ServiceName::new(""), Err(LockNameError::Empty));
+/// # Ok::<(), LockNameError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ServiceName(String);
+
+impl ServiceName {
+    /// The longest service name accepted, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates `name` and wraps it.
+    ///
+    /// # Errors
+    /// [`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above
+    /// [`ServiceName::MAX_LEN`] bytes.
+    pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(LockNameError::Empty);
+        }
+        if name.len() > Self::MAX_LEN {
+            return Err(LockNameError::TooLong {
+                len: name.len(),
+                max: Self::MAX_LEN,
+            });
+        }
+        Ok(Self(name))
+    }
+
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ServiceName {
+    type Error = LockNameError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl From<ServiceName> for String {
+    fn from(value: ServiceName) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 /// How a lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum LockMode {

@@ -553,6 +553,12 @@ fn arb_message() -> BoxedStrategy<Message> {
     prop_oneof![
         arb_gms_message().prop_map(Message::Gms),
         arb_lock_message().prop_map(Message::Lock),
+        ("[a-z0-9/-]{1,64}", arb_lock_message()).prop_map(|(service, message)| {
+            Message::Service {
+                service: conclave_lock_api::ServiceName::new(service).expect("valid"),
+                message,
+            }
+        }),
     ]
     .boxed()
 }
@@ -608,6 +614,7 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Transferred { .. }) => "Transferred",
         Message::Lock(LockMessage::NotGrantor { .. }) => "NotGrantor",
         Message::Lock(LockMessage::Table { .. }) => "Table",
+        Message::Service { .. } => "Service",
     }
 }
 
@@ -631,7 +638,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 27, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 28, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

@@ -462,6 +462,8 @@ impl Shared {
                     effects.node_changed = true;
                 }
                 EndpointEvent::Lock(notice) => self.handle_notice(now, notice, &mut effects),
+                // Named services are not offered by this front end yet.
+                EndpointEvent::ServiceLock { .. } => {}
             }
         }
         if self.persist_promises() {
@@ -565,6 +567,7 @@ impl Shared {
                         Refusal::Shutdown => LockError::Shutdown,
                         Refusal::NoQuorum => LockError::NotMember,
                         Refusal::Unavailable => LockError::Unavailable,
+                        Refusal::Destroyed => LockError::ServiceDestroyed,
                     }));
                     slot.wake();
                 }

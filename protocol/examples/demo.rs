@@ -383,7 +383,8 @@ fn spawn_member(
                             let _ = tx.send(notice);
                         }
                     }
-                    EndpointEvent::Left => {}
+                    // The demo uses the default lock service only.
+                    EndpointEvent::ServiceLock { .. } | EndpointEvent::Left => {}
                 }
             }
             let wait = endpoint

@@ -9,14 +9,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, ClusterId, DecodeError, Frame, Message, Packet, PACKET_OVERHEAD_MAX,
+    self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, PACKET_OVERHEAD_MAX,
 };
-use conclave_lock_api::{MemberId, RequestId, View};
+use conclave_lock_api::{MemberId, RequestId, ServiceName, View};
 use tracing::{debug, trace, warn};
 
 use crate::gms::{Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
 use crate::locking::{
-    GrantorStats, HoldInfo, HoldStatus, LockConfig, LockNotice, LockRequest, LockService, NotHeld,
+    service_index, Authority, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockNotice,
+    LockRequest, LockService, NotHeld,
 };
 use crate::reliable::{self, Reliable};
 use crate::time::Instant;
@@ -41,6 +42,27 @@ impl EndpointConfig {
             locks: LockConfig::local(),
         }
     }
+}
+
+/// The most named lock services one member runs (opened here or by messages of other members).
+/// Messages for a further service are dropped.
+pub const MAX_SERVICES: usize = 256;
+
+/// [`Endpoint::open_service`]: the member already runs [`MAX_SERVICES`] named services.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("this member already runs the most named lock services ({MAX_SERVICES})")]
+pub struct TooManyServices;
+
+/// [`Endpoint::become_grantor_in`] was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceTransferError {
+    /// The service is not open and cannot be opened.
+    #[error(transparent)]
+    TooManyServices(#[from] TooManyServices),
+    /// The transfer itself was refused.
+    #[error(transparent)]
+    Refused(#[from] crate::locking::TransferRefused),
 }
 
 /// Where a datagram goes.
@@ -73,8 +95,15 @@ pub enum EndpointEvent {
     },
     /// This member has left the cluster.
     Left,
-    /// A lock request was answered or a held lock changed.
+    /// A lock request was answered or a held lock changed, in the default lock service.
     Lock(LockNotice),
+    /// The same, in a named lock service.
+    ServiceLock {
+        /// The service.
+        service: ServiceName,
+        /// What happened.
+        notice: LockNotice,
+    },
 }
 
 /// Counters of the endpoint and its layers.
@@ -170,6 +199,14 @@ pub struct Endpoint {
     gms: Gms,
     reliable: Reliable,
     locks: LockService,
+    /// Named lock services, each with its own grantor, by name.
+    services: BTreeMap<ServiceName, LockService>,
+    /// The name of each named service's index (the high bits of its request ids).
+    service_names: BTreeMap<u64, ServiceName>,
+    /// The configuration every new service starts with.
+    lock_config: LockConfig,
+    /// `Majority`: the term floor restored from stable storage, for services opened later.
+    restored_term: Option<u64>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
@@ -195,7 +232,11 @@ impl Endpoint {
             cluster: ClusterId::from_name(cluster),
             gms: Gms::new(local.clone(), config.gms),
             reliable: Reliable::new(local.clone(), config.reliable, fragment),
-            locks: LockService::new(local.clone(), config.locks),
+            locks: LockService::new(local.clone(), config.locks.clone()),
+            services: BTreeMap::new(),
+            service_names: BTreeMap::new(),
+            lock_config: config.locks,
+            restored_term: None,
             local,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -242,14 +283,22 @@ impl Endpoint {
             .is_some_and(|v| v.members().iter().all(|m| !self.reliable.has_unacked(m)))
     }
 
-    /// Counters of every layer.
+    /// Counters of every layer; the lock counters add up every lock service of the member.
     pub fn stats(&self) -> EndpointStats {
+        let mut grantor = self.locks.grantor_stats();
+        let mut cache = self.locks.cache_stats();
+        let mut leases_expired = self.locks.leases_expired();
+        for service in self.services.values() {
+            grantor += service.grantor_stats();
+            cache += service.cache_stats();
+            leases_expired += service.leases_expired();
+        }
         EndpointStats {
             gms: self.gms.stats(),
             reliable: self.reliable.stats(),
-            grantor: self.locks.grantor_stats(),
-            cache: self.locks.cache_stats(),
-            leases_expired: self.locks.leases_expired(),
+            grantor,
+            cache,
+            leases_expired,
             ..self.stats.clone()
         }
     }
@@ -271,11 +320,184 @@ impl Endpoint {
         &mut self.locks
     }
 
+    /// A named lock service, if this member runs it.
+    pub fn service(&self, name: &ServiceName) -> Option<&LockService> {
+        self.services.get(name)
+    }
+
+    /// A named lock service, to break it on purpose or read its grant log in simulator tests.
+    #[cfg(feature = "sim")]
+    pub fn service_mut(&mut self, name: &ServiceName) -> Option<&mut LockService> {
+        self.services.get_mut(name)
+    }
+
+    /// The named lock services this member runs, by name.
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &LockService)> {
+        self.services.iter()
+    }
+
+    /// Opens the named lock service `name` on this member (if it does not run it already):
+    /// an independent namespace of locks with its own grantor (the view's coordinator unless
+    /// transferred), reconciliation, table and notices ([`EndpointEvent::ServiceLock`]). A
+    /// member also runs a service once another member's message for it arrives, so the
+    /// service's grantor need not open it. Under `Majority` it grants under the member's
+    /// one term, so a service opened at a serving coordinator serves after one reconciliation.
+    ///
+    /// # Errors
+    /// [`TooManyServices`] if the member runs [`MAX_SERVICES`] named services already.
+    pub fn open_service(
+        &mut self,
+        now: Instant,
+        name: &ServiceName,
+    ) -> Result<(), TooManyServices> {
+        self.open_service_quietly(now, name)?;
+        self.pump(now);
+        Ok(())
+    }
+
+    /// [`Endpoint::open_service`] without moving outputs (the caller pumps).
+    fn open_service_quietly(
+        &mut self,
+        now: Instant,
+        name: &ServiceName,
+    ) -> Result<(), TooManyServices> {
+        if self.services.contains_key(name) {
+            return Ok(());
+        }
+        if self.services.len() >= MAX_SERVICES {
+            return Err(TooManyServices);
+        }
+        let index = self
+            .service_names
+            .keys()
+            .next_back()
+            .map_or(1, |last| last + 1);
+        let mut service =
+            LockService::for_service(self.local.clone(), self.lock_config.clone(), index);
+        if let Some(term) = self.restored_term {
+            service.restore_term(term);
+        }
+        if let Some(view) = self.gms.view().cloned() {
+            let authority = self.locks.authority(now);
+            service.lend_authority(now, authority, true);
+            service.observe_epoch(now, self.gms.max_epoch_seen());
+            service.handle_view(now, &view, ViewOrigin::Changed);
+        }
+        self.services.insert(name.clone(), service);
+        self.service_names.insert(index, name.clone());
+        Ok(())
+    }
+
+    /// Destroys the named service `name` on this member: its held locks are released at the
+    /// grantor and reported lost ([`LockLostReason::ServiceDestroyed`]), its pending requests
+    /// withdrawn and refused ([`Refusal::Destroyed`]). The member keeps its part in the
+    /// service for the others (its grant role, if it has it, and its lock reports).
+    ///
+    /// [`LockLostReason::ServiceDestroyed`]: conclave_lock_api::LockLostReason::ServiceDestroyed
+    /// [`Refusal::Destroyed`]: crate::locking::Refusal::Destroyed
+    pub fn destroy_service(&mut self, now: Instant, name: &ServiceName) {
+        if let Some(service) = self.services.get_mut(name) {
+            service.destroy(now);
+            self.pump(now);
+        }
+    }
+
+    /// The lock service a request id or table query belongs to: `Some(name)` for a named
+    /// one, `None` for the default service (or an id of no service of this member).
+    pub fn service_of(&self, id: u64) -> Option<&ServiceName> {
+        self.service_names.get(&service_index(id))
+    }
+
+    /// The lock service `service` names (`None`: the default one), with the member's right to
+    /// grant lent to it as of `now` (`Majority`). `None` if the member does not run it.
+    fn service_at(
+        &mut self,
+        now: Instant,
+        service: Option<&ServiceName>,
+    ) -> Option<&mut LockService> {
+        match service {
+            None => Some(&mut self.locks),
+            Some(name) => {
+                let service = self.services.get_mut(name)?;
+                if self.lock_config.policy.is_majority() {
+                    let authority = self.locks.authority(now);
+                    service.lend_authority(now, authority, false);
+                }
+                Some(service)
+            }
+        }
+    }
+
+    /// The lock service a request id belongs to, with its authority as of `now`.
+    fn service_for(&mut self, now: Instant, id: u64) -> Option<&mut LockService> {
+        let name = self.service_of(id).cloned();
+        self.service_at(now, name.as_ref())
+    }
+
+    /// The lock service a request id belongs to, read-only.
+    fn service_ref(&self, id: u64) -> &LockService {
+        self.service_of(id)
+            .and_then(|name| self.services.get(name))
+            .unwrap_or(&self.locks)
+    }
+
     /// Asks for a lock; the answer comes as [`EndpointEvent::Lock`]. See [`LockService::lock`].
     pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
         let id = self.locks.lock(now, request);
         self.pump(now);
         id
+    }
+
+    /// Asks for a lock in the named service `service` (opened if this member does not run it
+    /// yet); the answer comes as [`EndpointEvent::ServiceLock`].
+    ///
+    /// # Errors
+    /// [`TooManyServices`] if the service is not open and cannot be opened.
+    pub fn lock_in(
+        &mut self,
+        now: Instant,
+        service: &ServiceName,
+        request: LockRequest,
+    ) -> Result<RequestId, TooManyServices> {
+        self.open_service(now, service)?;
+        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
+        let id = locks.lock(now, request);
+        self.pump(now);
+        Ok(id)
+    }
+
+    /// Asks the grantor of the named service `service` for its lock table (see
+    /// [`Endpoint::query_table`]); the answer comes as [`EndpointEvent::ServiceLock`].
+    ///
+    /// # Errors
+    /// [`TooManyServices`] if the service is not open and cannot be opened.
+    pub fn query_table_in(
+        &mut self,
+        now: Instant,
+        service: &ServiceName,
+    ) -> Result<u64, TooManyServices> {
+        self.open_service(now, service)?;
+        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
+        let query = locks.query_table(now);
+        self.pump(now);
+        Ok(query)
+    }
+
+    /// Asks for the grantor role of the named service `service` in this member's view (see
+    /// [`Endpoint::become_grantor`]). Each service's role moves on its own.
+    ///
+    /// # Errors
+    /// [`ServiceTransferError`] under `Majority`, or if the service cannot be opened.
+    pub fn become_grantor_in(
+        &mut self,
+        now: Instant,
+        service: &ServiceName,
+    ) -> Result<(), ServiceTransferError> {
+        self.open_service(now, service)?;
+        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
+        locks.become_grantor(now)?;
+        self.pump(now);
+        Ok(())
     }
 
     /// Asks the grantor for its lock table. See [`LockService::query_table`].
@@ -287,7 +509,9 @@ impl Endpoint {
 
     /// Withdraws a pending lock request. See [`LockService::cancel`].
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
-        self.locks.cancel(now, request);
+        if let Some(locks) = self.service_for(now, request.0) {
+            locks.cancel(now, request);
+        }
         self.pump(now);
     }
 
@@ -296,7 +520,9 @@ impl Endpoint {
     /// # Errors
     /// [`NotHeld`] if the request holds no lock here.
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
-        self.locks.unlock(now, request)?;
+        self.service_for(now, request.0)
+            .ok_or(NotHeld(request))?
+            .unlock(now, request)?;
         self.pump(now);
         Ok(())
     }
@@ -312,7 +538,9 @@ impl Endpoint {
         request: RequestId,
         lease: std::time::Duration,
     ) -> Result<(), NotHeld> {
-        self.locks.extend_lease(now, request, lease)?;
+        self.service_for(now, request.0)
+            .ok_or(NotHeld(request))?
+            .extend_lease(now, request, lease)?;
         self.pump(now);
         Ok(())
     }
@@ -329,12 +557,19 @@ impl Endpoint {
 
     /// The status of the lock acquired by `request`, if held here.
     pub fn lock_status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
-        self.locks.status(now, request)
+        self.service_ref(request.0).status(now, request)
     }
 
-    /// Every lock held on this member with its status at `now`.
+    /// Every lock held on this member in the default service, with its status at `now`.
     pub fn holds(&self, now: Instant) -> Vec<HoldInfo> {
         self.locks.holds(now)
+    }
+
+    /// Every lock held on this member in the named service `service`.
+    pub fn service_holds(&self, now: Instant, service: &ServiceName) -> Vec<HoldInfo> {
+        self.services
+            .get(service)
+            .map_or_else(Vec::new, |locks| locks.holds(now))
     }
 
     /// Starts joining the cluster.
@@ -348,6 +583,9 @@ impl Endpoint {
     /// view. Keep driving until [`Endpoint::is_drained`].
     pub fn leave(&mut self, now: Instant) {
         self.locks.shutdown(now);
+        for service in self.services.values_mut() {
+            service.shutdown(now);
+        }
         self.pump(now);
         self.gms.leave(now);
         self.pump(now);
@@ -373,10 +611,14 @@ impl Endpoint {
                 lease,
             } => {
                 self.locks.note_alive(now, &sender);
+                for service in self.services.values_mut() {
+                    service.note_alive(now, &sender);
+                }
                 self.gms
                     .handle_heartbeat(now, &sender, epoch, view_epoch, coordinator);
                 if let Some(beat) = lease {
                     self.locks.handle_lease_beat(now, &sender, beat);
+                    self.lend_authority(now);
                 }
             }
             // Reliable-layer frames are no sign of life: a coordinator that excluded us (or
@@ -400,6 +642,10 @@ impl Endpoint {
         // run: it acts on the view it is in (a minority's waits are refused only in one).
         self.drain_gms_events(now);
         self.locks.handle_timeout(now);
+        self.lend_authority(now);
+        for service in self.services.values_mut() {
+            service.handle_timeout(now);
+        }
         let gone: Vec<MemberId> = self
             .departed
             .iter()
@@ -440,6 +686,10 @@ impl Endpoint {
     /// [`Endpoint::new`], before [`Endpoint::join`].
     pub fn restore_term(&mut self, term: u64) {
         self.locks.restore_term(term);
+        for service in self.services.values_mut() {
+            service.restore_term(term);
+        }
+        self.restored_term = Some(self.restored_term.unwrap_or(0).max(term));
     }
 
     /// `Majority`: a term to write to stable storage (durably: written and synced) **before**
@@ -467,6 +717,7 @@ impl Endpoint {
             self.departed.values().min().copied(),
         ]
         .into_iter()
+        .chain(self.services.values().map(LockService::poll_timeout))
         .flatten()
         .min()
     }
@@ -475,7 +726,11 @@ impl Endpoint {
     fn pump(&mut self, now: Instant) {
         loop {
             let mut progressed = false;
-            self.locks.observe_epoch(now, self.gms.max_epoch_seen());
+            let max_epoch = self.gms.max_epoch_seen();
+            self.locks.observe_epoch(now, max_epoch);
+            for service in self.services.values_mut() {
+                service.observe_epoch(now, max_epoch);
+            }
             while let Some(output) = self.gms.poll_output() {
                 progressed = true;
                 self.handle_gms_output(now, output);
@@ -486,6 +741,9 @@ impl Endpoint {
                 match wire::decode_message(&bytes) {
                     Ok(Message::Gms(message)) => self.gms.handle_message(now, &from, message),
                     Ok(Message::Lock(message)) => self.locks.handle_message(now, &from, message),
+                    Ok(Message::Service { service, message }) => {
+                        self.handle_service_message(now, &from, &service, message);
+                    }
                     Err(error) => {
                         warn!(%from, %error, "undecodable message from a member; dropped");
                         self.stats.dropped_malformed += 1;
@@ -503,6 +761,23 @@ impl Endpoint {
                 progressed = true;
                 self.events.push_back(EndpointEvent::Lock(notice));
             }
+            let mut outgoing = Vec::new();
+            for (name, service) in &mut self.services {
+                while let Some((to, message)) = service.poll_transmit() {
+                    let service = name.clone();
+                    outgoing.push((to, Message::Service { service, message }));
+                }
+                while let Some(notice) = service.poll_notice() {
+                    progressed = true;
+                    let service = name.clone();
+                    self.events
+                        .push_back(EndpointEvent::ServiceLock { service, notice });
+                }
+            }
+            for (to, message) in outgoing {
+                progressed = true;
+                self.send_reliably(now, &to, message);
+            }
             if !progressed {
                 return;
             }
@@ -519,6 +794,13 @@ impl Endpoint {
                 GmsEvent::ViewInstalled { view, origin } => {
                     self.note_departures(now, &view);
                     self.locks.handle_view(now, &view, origin);
+                    if !self.services.is_empty() {
+                        let authority = self.locks.authority(now);
+                        for service in self.services.values_mut() {
+                            service.lend_authority(now, authority, true);
+                            service.handle_view(now, &view, origin);
+                        }
+                    }
                     self.events
                         .push_back(EndpointEvent::ViewInstalled { view, origin });
                 }
@@ -555,6 +837,38 @@ impl Endpoint {
                 self.transmit(Destination::Member(to), Frame::Discovery(discovery));
             }
             GmsOutput::Forget(member) => self.reliable.remove_peer(&member),
+        }
+    }
+
+    /// A message of the named service `name` from `from`: the service is opened here if it
+    /// is not (a member takes part in every service another member uses), up to
+    /// [`MAX_SERVICES`].
+    fn handle_service_message(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        name: &ServiceName,
+        message: LockMessage,
+    ) {
+        if self.open_service_quietly(now, name).is_err() {
+            warn!(%from, service = %name, "message for a lock service beyond the most a member runs; dropped");
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        if let Some(service) = self.service_at(now, Some(name)) {
+            service.handle_message(now, from, message);
+        }
+    }
+
+    /// `Majority`: lends the default service's right to grant, as of `now`, to every named
+    /// service (after anything that may have changed it: a lease beat, a timer).
+    fn lend_authority(&mut self, now: Instant) {
+        if self.services.is_empty() || !self.lock_config.policy.is_majority() {
+            return;
+        }
+        let authority: Authority = self.locks.authority(now);
+        for service in self.services.values_mut() {
+            service.lend_authority(now, authority, false);
         }
     }
 

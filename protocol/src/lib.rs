@@ -22,5 +22,8 @@ pub mod sim;
 mod test_support;
 mod time;
 
-pub use endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, Transmit};
+pub use endpoint::{
+    Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, ServiceTransferError,
+    TooManyServices, Transmit, MAX_SERVICES,
+};
 pub use time::Instant;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::payload::Payload;
 use crate::ids::{MemberId, OwnerId, RequestId};
-use crate::lock::{FencingToken, LockMode, LockName};
+use crate::lock::{FencingToken, LockMode, LockName, ServiceName};
 use crate::view::View;
 
 /// The most segments a [`Frame::Bundle`] carries; receivers drop larger bundles.
@@ -149,8 +149,15 @@ pub struct Ack {
 pub enum Message {
     /// Group membership.
     Gms(GmsMessage),
-    /// Locking.
+    /// Locking, in the node's default lock service.
     Lock(LockMessage),
+    /// Locking, in a named lock service: an independent namespace with its own grantor.
+    Service {
+        /// The service.
+        service: ServiceName,
+        /// The message, as in the default service.
+        message: LockMessage,
+    },
 }
 
 /// Group membership messages.

@@ -75,6 +75,16 @@ pub struct CacheStats {
     pub returned: u64,
 }
 
+impl std::ops::AddAssign for CacheStats {
+    /// Adds the counters of another lock service of the member.
+    fn add_assign(&mut self, other: Self) {
+        self.hits += other.hits;
+        self.node_grants_asked += other.node_grants_asked;
+        self.revokes += other.revokes;
+        self.returned += other.returned;
+    }
+}
+
 /// A request queued at the node behind a local holder (or a node grant on its way).
 #[derive(Clone, Debug)]
 struct Queued {
@@ -472,14 +482,14 @@ impl LockService {
 
     /// The member leaves: local holds are lost, queued requests refused, node grants go with
     /// the client's holds.
-    pub(super) fn cache_shutdown(&mut self) {
+    pub(super) fn cache_shutdown(&mut self, lost: LockLostReason, refusal: Refusal) {
         for (request, hold) in std::mem::take(&mut self.cache.local) {
             self.notices.push_back(LockNotice::Lost {
                 request,
                 name: hold.name,
                 owner: hold.owner,
                 token: hold.token,
-                reason: LockLostReason::Shutdown,
+                reason: lost,
             });
         }
         for (name, entry) in std::mem::take(&mut self.cache.entries) {
@@ -487,7 +497,7 @@ impl LockService {
                 self.notices.push_back(LockNotice::Refused {
                     request: q.request,
                     name: name.clone(),
-                    reason: Refusal::Shutdown,
+                    reason: refusal,
                 });
             }
         }

@@ -191,6 +191,12 @@ impl Client {
         self.releases.len()
     }
 
+    /// Makes this client's request ids start at `first` (each lock service of a member has its
+    /// own range, so a request id names its service).
+    pub(crate) fn start_ids_at(&mut self, first: u64) {
+        self.next_request = first;
+    }
+
     /// A new request id, unique on this member.
     pub(crate) fn next_id(&mut self) -> RequestId {
         let request = RequestId(self.next_request);

@@ -97,6 +97,24 @@ pub struct GrantorStats {
     pub transfers: u64,
 }
 
+impl std::ops::AddAssign for GrantorStats {
+    /// Adds the counters of another lock service of the member.
+    fn add_assign(&mut self, other: Self) {
+        self.grants += other.grants;
+        self.contended_grants += other.contended_grants;
+        self.reconciliations += other.reconciliations;
+        self.duplicates_resolved += other.duplicates_resolved;
+        self.late_reports += other.late_reports;
+        self.node_grants += other.node_grants;
+        self.revokes += other.revokes;
+        self.delegations += other.delegations;
+        self.delegation_revocations += other.delegation_revocations;
+        self.lease_expiries += other.lease_expiries;
+        self.handoffs += other.handoffs;
+        self.transfers += other.transfers;
+    }
+}
+
 /// The most locks whose last write is remembered (for the delegation grace).
 const LAST_WRITES_MAX: usize = 4096;
 

@@ -278,6 +278,14 @@ impl Term {
         self.quorum_at.is_some() && self.supported_until.is_none_or(|until| now >= until)
     }
 
+    /// Until when the support recorded so far is a strict majority of `cluster_size`
+    /// (`has_quorum(now)` holds exactly for `now` before it); `None` if it never is.
+    pub(crate) fn quorum_until(&self, window: Duration, cluster_size: usize) -> Option<Instant> {
+        let mut ends: Vec<Instant> = self.support.values().map(|s| *s + window).collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        ends.get(cluster_size / 2).copied()
+    }
+
     /// Whether a strict majority of `cluster_size` supports us at `now`.
     pub(crate) fn has_quorum(&self, now: Instant, window: Duration, cluster_size: usize) -> bool {
         let supporters = self

@@ -64,6 +64,32 @@ const MIN_LEASE: Duration = Duration::from_millis(1);
 /// The highest grantor term: terms are the high 32 bits of fencing tokens.
 const MAX_TERM: u64 = u32::MAX as u64;
 
+/// Request ids and table queries of a member's lock service `index` are `index << SERVICE_SHIFT`
+/// and up, so an id names the service it belongs to (see [`service_index`]).
+pub const SERVICE_SHIFT: u32 = 40;
+
+/// The index of the lock service a request id or table query of this member belongs to (0:
+/// the default service).
+pub fn service_index(id: u64) -> u64 {
+    id >> SERVICE_SHIFT
+}
+
+/// `Majority`, named services: the right to grant of the member's default service, lent to
+/// its named services (see [`LockService::for_service`]). Under `Majority` the right to grant
+/// is a majority's promise to the view's coordinator, a property of the member, not of a
+/// namespace: every service of the coordinator grants under the one term.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Authority {
+    /// The term of the default service's active grantor (`None`: it does not grant).
+    term: Option<u64>,
+    /// Until when that term's support is a majority.
+    quorum_until: Option<Instant>,
+    /// When the term's grace period ends (`None` before a majority supported it).
+    grace_end: Option<Instant>,
+    /// The highest term the member has heard of.
+    max_term: u64,
+}
+
 /// Messages to send, with their receiver (possibly this member itself).
 pub(crate) type Outbox = VecDeque<(MemberId, LockMessage)>;
 
@@ -119,6 +145,8 @@ pub enum Refusal {
     /// been outside a majority for `lease` (as jgroups-raft resigns the waits of a member cut
     /// off in a minority). The request was withdrawn.
     NoQuorum,
+    /// The named lock service was destroyed on this member; the request was withdrawn.
+    Destroyed,
 }
 
 /// What a held lock's owner should believe about it right now.
@@ -342,6 +370,10 @@ pub struct LockService {
     generation: u64,
     /// A transfer announcement for a view not installed here yet: (epoch, turn, grantor).
     early_transfer: Option<(u64, u64, MemberId)>,
+    /// A named service: the default service's right to grant, lent to this one (`Majority`).
+    borrowed: Option<Authority>,
+    /// A named service: the borrowed term its grantor last started (reconciled) in.
+    started_term: Option<u64>,
 }
 
 impl LockService {
@@ -384,7 +416,68 @@ impl LockService {
             pending_transfer: None,
             generation: 0,
             early_transfer: None,
+            borrowed: None,
+            started_term: None,
         }
+    }
+
+    /// The member's named lock service number `index` (from 1; 0 is the default service that
+    /// [`LockService::new`] makes). Its request ids and table queries start at
+    /// `index << SERVICE_SHIFT`; under `Majority` it grants under the default service's term,
+    /// which the owner passes in before every input (the endpoint does).
+    pub fn for_service(local: MemberId, config: LockConfig, index: u64) -> Self {
+        let mut service = Self::new(local, config);
+        let first = (index << SERVICE_SHIFT) + 1;
+        service.client.start_ids_at(first);
+        service.next_query = first;
+        service.borrowed = (index != 0).then(Authority::default);
+        service
+    }
+
+    /// The default service's right to grant, to lend to named services (`Majority`).
+    pub(crate) fn authority(&mut self, now: Instant) -> Authority {
+        self.enter(now);
+        let (window, size) = (self.support_window(), self.cluster_size());
+        let term = self.term.as_ref().filter(|_| self.grantor.is_active());
+        Authority {
+            term: term.map(|t| t.term),
+            quorum_until: term
+                .zip(size)
+                .and_then(|(t, size)| t.quorum_until(window, size)),
+            grace_end: term.and(self.grace_end()),
+            max_term: self.support.max_term,
+        }
+    }
+
+    /// A named service: takes the default service's right to grant as of `now`. If the term
+    /// changed while this service grants, its grantor starts again (reconciles) in the new
+    /// term, as the default service's did. `quiet` only records it (a view follows, which
+    /// decides).
+    pub(crate) fn lend_authority(&mut self, now: Instant, authority: Authority, quiet: bool) {
+        if self.borrowed.is_none() || !self.config.policy.is_majority() {
+            return;
+        }
+        self.borrowed = Some(authority);
+        if quiet {
+            return;
+        }
+        self.enter(now);
+        let restart = self.grantor.is_active() && authority.term != self.started_term;
+        if let (true, Some(view)) = (restart, self.view.clone()) {
+            if authority.term.is_some() {
+                info!(member = %self.local, "the member's grantor term changed; the service reconciles again");
+                self.begin_term(now, &view);
+            } else {
+                self.grantor.stop();
+            }
+        }
+        self.tick_grantor(now);
+        self.pump(now);
+    }
+
+    /// Whether this service grants under a term lent by the default service.
+    fn borrows(&self) -> bool {
+        self.borrowed.is_some() && self.config.policy.is_majority()
     }
 
     /// Breaks the protocol on purpose (simulator tests of the checkers only).
@@ -764,20 +857,29 @@ impl LockService {
     /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held
     /// by a member the grantor no longer counts.
     pub fn shutdown(&mut self, now: Instant) {
+        self.give_up(now, LockLostReason::Shutdown, Refusal::Shutdown);
+    }
+
+    /// A named service destroyed on this member: every held lock is released and reported
+    /// lost ([`LockLostReason::ServiceDestroyed`]), every pending request withdrawn and refused
+    /// ([`Refusal::Destroyed`]). The service keeps its part in the cluster (as grantor, if it
+    /// is, and in reconciliations), holding nothing for this member.
+    pub fn destroy(&mut self, now: Instant) {
+        self.give_up(now, LockLostReason::ServiceDestroyed, Refusal::Destroyed);
+    }
+
+    fn give_up(&mut self, now: Instant, lost: LockLostReason, refusal: Refusal) {
         self.enter(now);
-        self.cache_shutdown();
-        self.client.lose_all(
-            LockLostReason::Shutdown,
-            &mut self.outbox,
-            &mut self.notices,
-        );
+        self.cache_shutdown(lost, refusal);
+        self.client
+            .lose_all(lost, &mut self.outbox, &mut self.notices);
         for request in self.client.pending_requests().copied().collect::<Vec<_>>() {
             if let Some(name) = self.client.pending_name(request) {
                 self.client.cancel(request, &mut self.outbox);
                 self.notices.push_back(LockNotice::Refused {
                     request,
                     name,
-                    reason: Refusal::Shutdown,
+                    reason: refusal,
                 });
             }
         }
@@ -859,7 +961,8 @@ impl LockService {
             && self.config.policy.allows(view.len());
         let became = previous_grantor.as_ref() != Some(&self.local)
             || !self.grantor.is_active()
-            || gained_majority;
+            || gained_majority
+            || (self.borrows() && self.borrowed.and_then(|a| a.term) != self.started_term);
         if coordinator && (became || origin == ViewOrigin::Merged) {
             self.begin_term(now, view);
         } else if coordinator {
@@ -868,6 +971,7 @@ impl LockService {
         } else {
             self.grantor.stop();
             self.term = None;
+            self.started_term = None;
         }
         if let Some((epoch, generation, grantor)) = self.early_transfer.take() {
             if epoch == view.epoch() {
@@ -883,7 +987,9 @@ impl LockService {
     /// Becomes the grantor afresh: under `Majority` a new term above every term heard of (its
     /// tokens exceed every earlier grantor's), then reconciliation.
     fn begin_term(&mut self, now: Instant, view: &View) {
-        if self.config.policy.is_majority() {
+        if self.borrows() {
+            self.started_term = self.borrowed.and_then(|a| a.term);
+        } else if self.config.policy.is_majority() {
             let term = self.support.max_term.saturating_add(1);
             self.support.observe_term(term);
             self.term = Some(Term::new(term));
@@ -897,7 +1003,7 @@ impl LockService {
     /// grantor, the echo of our grantor's newest probe if `to` is our grantor. `None` under
     /// `Available`. The endpoint calls it for every heartbeat it sends.
     pub fn lease_beat(&mut self, now: Instant, to: &MemberId) -> Option<LeaseBeat> {
-        if !self.config.policy.is_majority() {
+        if !self.config.policy.is_majority() || self.borrows() {
             return None;
         }
         self.enter(now);
@@ -927,7 +1033,7 @@ impl LockService {
 
     /// `Majority`: the lease fields of a heartbeat from `from`.
     pub fn handle_lease_beat(&mut self, now: Instant, from: &MemberId, beat: LeaseBeat) {
-        if !self.config.policy.is_majority() {
+        if !self.config.policy.is_majority() || self.borrows() {
             return;
         }
         let terms = [
@@ -1035,6 +1141,9 @@ impl LockService {
     /// `Majority`: a grantor supports its own term while it may (it counts towards the
     /// majority like any member).
     fn refresh_own_support(&mut self, now: Instant) {
+        if self.borrows() {
+            return;
+        }
         let (born_wait, duration) = (self.born_wait(), self.config.support_lease);
         let Some(term) = self.term.as_mut() else {
             return;
@@ -1110,6 +1219,11 @@ impl LockService {
         let Some(size) = self.cluster_size() else {
             return true;
         };
+        if let Some(lent) = self.borrowed {
+            return lent.term.is_some()
+                && lent.term == self.started_term
+                && lent.quorum_until.is_some_and(|until| now < until);
+        }
         self.term
             .as_ref()
             .is_some_and(|t| t.has_quorum(now, self.support_window(), size))
@@ -1118,6 +1232,9 @@ impl LockService {
     /// `Majority`: when the new term's grace period ends (`None` before a majority supported
     /// it).
     fn grace_end(&self) -> Option<Instant> {
+        if let Some(lent) = self.borrowed.filter(|_| self.config.policy.is_majority()) {
+            return lent.grace_end;
+        }
         let fence = self.config.lease + self.config.lease_margin;
         self.term.as_ref()?.quorum_at.map(|q| q + fence)
     }
@@ -1247,7 +1364,9 @@ impl LockService {
     /// member knew of at each (simulator token checker).
     #[cfg(feature = "sim")]
     pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken, u64)> {
-        let known = if self.config.policy.is_majority() {
+        let known = if let Some(lent) = self.borrowed.filter(|_| self.config.policy.is_majority()) {
+            lent.max_term
+        } else if self.config.policy.is_majority() {
             self.support.max_term
         } else {
             self.known_epoch
@@ -1268,7 +1387,11 @@ impl LockService {
                     || self.grantor.sabotage.grant_while_reconciling
                     || self.grace_end().is_some_and(|t| now >= t)),
             lease_ok: self.lease_ok(now),
-            term: self.term.as_ref().map(|t| t.term),
+            term: if self.borrows() {
+                self.started_term
+            } else {
+                self.term.as_ref().map(|t| t.term)
+            },
             quorum: match self.config.policy {
                 PartitionPolicy::Majority { cluster_size } => Some(cluster_size),
                 PartitionPolicy::Available => None,
@@ -1358,6 +1481,8 @@ impl LockService {
     /// grantor's later term, and every fencing token issued in it, exceeds the tokens issued
     /// before the restart (see `docs/protocol.md`, "Tokens across restarts").
     pub fn restore_term(&mut self, term: u64) {
+        // A named service promises nothing of its own (it borrows the default service's term)
+        // but keeps the floor too, for its own table of terms heard of.
         self.support.restore(term);
     }
 
@@ -1476,7 +1601,10 @@ impl LockService {
         if !self.ctx(now, &view).policy_ok {
             return;
         }
-        let key = (view.epoch(), self.term.as_ref().map(|t| t.term));
+        let key = (
+            view.epoch(),
+            self.term.as_ref().map(|t| t.term).or(self.started_term),
+        );
         if self.announced == Some(key) {
             return;
         }

@@ -19,10 +19,23 @@
 
 use std::collections::BTreeSet;
 
-use conclave_lock_api::{LockMode, MemberId, RequestId};
+use conclave_lock_api::{LockMode, MemberId, RequestId, ServiceName};
 
 use super::{Simulation, SlotState, Violation};
-use crate::locking::{HoldStatus, LockNotice};
+use crate::endpoint::Endpoint;
+use crate::locking::{HoldStatus, LockNotice, LockService};
+
+/// Every lock service of a member: the default one (`None`), then the named ones. Each is an
+/// independent namespace with its own grantor, so every checker judges each on its own.
+fn services(endpoint: &Endpoint) -> impl Iterator<Item = (Option<&ServiceName>, &LockService)> {
+    std::iter::once((None, endpoint.locks()))
+        .chain(endpoint.services().map(|(name, locks)| (Some(name), locks)))
+}
+
+/// A service's name for messages.
+fn label(service: Option<&ServiceName>) -> String {
+    service.map_or_else(|| "default service".to_owned(), |s| format!("service {s}"))
+}
 
 impl Simulation {
     pub(super) fn on_notice(&mut self, index: usize, notice: LockNotice) -> Result<(), Violation> {
@@ -93,7 +106,9 @@ impl Simulation {
             // Judged once the node has run its timers at or after `since + lease` (it refuses
             // its waits from the timer due then; a request made later is refused at once).
             if slot.timers_ran.is_some_and(|ran| ran >= since + lease) {
-                let waiting = endpoint.locks().pending_requests();
+                let waiting: Vec<RequestId> = services(endpoint)
+                    .flat_map(|(_, locks)| locks.pending_requests())
+                    .collect();
                 if !waiting.is_empty() {
                     return Err(self.violation(
                         "a member in a minority for a lease waits for nothing",
@@ -119,20 +134,25 @@ impl Simulation {
             };
             // Each owner's belief, judged on its own clock (a paused node's too: a lease that
             // ran out on its clock is lost, whether or not it has looked yet).
-            for hold in endpoint.holds(slot.clock.local(self.now)) {
-                if hold.status == HoldStatus::Lost {
-                    continue;
+            for (service, locks) in services(endpoint) {
+                for hold in locks.holds(slot.clock.local(self.now)) {
+                    if hold.status == HoldStatus::Lost {
+                        continue;
+                    }
+                    // A grant of this view's grantor: its coordinator, or a member the role was
+                    // transferred to in this view (the grant arrived while the holder was in it).
+                    let current_grant =
+                        hold.granted_in == view.epoch() && view.contains(&hold.granted_by);
+                    holds.push((index, view.id().clone(), current_grant, service, hold));
                 }
-                // A grant of this view's grantor: its coordinator, or a member the role was
-                // transferred to in this view (the grant arrived while the holder was in it).
-                let current_grant =
-                    hold.granted_in == view.epoch() && view.contains(&hold.granted_by);
-                holds.push((index, view.id().clone(), current_grant, hold));
             }
         }
-        for (i, (a_node, a_view, a_current, a)) in holds.iter().enumerate() {
-            for (b_node, b_view, b_current, b) in &holds[i + 1..] {
-                if a.name != b.name || (a.mode == LockMode::Shared && b.mode == LockMode::Shared) {
+        for (i, (a_node, a_view, a_current, a_service, a)) in holds.iter().enumerate() {
+            for (b_node, b_view, b_current, b_service, b) in &holds[i + 1..] {
+                if a_service != b_service
+                    || a.name != b.name
+                    || (a.mode == LockMode::Shared && b.mode == LockMode::Shared)
+                {
                     continue;
                 }
                 let conflict = majority || (a_view == b_view && *a_current && *b_current);
@@ -140,8 +160,8 @@ impl Simulation {
                     return Err(self.violation(
                         "mutual exclusion: no two owners believe they hold conflicting modes of one lock",
                         format!(
-                            "lock {}: node {a_node} holds {:?} {} ({:?}, token {}) and node {b_node} holds {:?} {} ({:?}, token {}); views {a_view} / {b_view}",
-                            a.name, a.mode, a.request, a.status, a.token, b.mode, b.request, b.status, b.token
+                            "lock {} ({}): node {a_node} holds {:?} {} ({:?}, token {}) and node {b_node} holds {:?} {} ({:?}, token {}); views {a_view} / {b_view}",
+                            a.name, label(*a_service), a.mode, a.request, a.status, a.token, b.mode, b.request, b.status, b.token
                         ),
                     ));
                 }
@@ -157,8 +177,21 @@ impl Simulation {
                 continue;
             };
             let grantor = endpoint.local().incarnation();
-            for (name, token, known_epoch) in endpoint.locks_mut().take_grant_log() {
-                let key = (if majority { 0 } else { grantor }, name.clone());
+            let mut log: Vec<_> = endpoint
+                .locks_mut()
+                .take_grant_log()
+                .into_iter()
+                .map(|grant| (None, grant))
+                .collect();
+            let names: Vec<ServiceName> = endpoint.services().map(|(n, _)| n.clone()).collect();
+            for service in names {
+                if let Some(locks) = endpoint.service_mut(&service) {
+                    let grants = locks.take_grant_log();
+                    log.extend(grants.into_iter().map(|g| (Some(service.clone()), g)));
+                }
+            }
+            for (service, (name, token, known_epoch)) in log {
+                let key = (service, if majority { 0 } else { grantor }, name.clone());
                 if let Some((last, last_grantor, starts)) = self.last_tokens.get(&key) {
                     let last = *last;
                     // Amnesia: the grantor never heard of the previous token's epoch (or term);
@@ -191,7 +224,8 @@ impl Simulation {
     }
 
     fn check_grantor_tables(&self) -> Result<(), Violation> {
-        let mut serving: std::collections::BTreeMap<conclave_lock_api::ViewId, usize> =
+        type Key<'a> = (Option<&'a ServiceName>, conclave_lock_api::ViewId);
+        let mut serving: std::collections::BTreeMap<Key<'_>, usize> =
             std::collections::BTreeMap::new();
         for (index, slot) in self.slots.iter().enumerate() {
             let Some(endpoint) = &slot.endpoint else {
@@ -200,31 +234,23 @@ impl Simulation {
             let Some(view) = endpoint.view() else {
                 continue;
             };
-            if endpoint.locks().is_serving() {
-                if let Some(other) = serving.insert(view.id().clone(), index) {
+            for (service, locks) in services(endpoint) {
+                if !locks.is_serving() {
+                    continue;
+                }
+                if let Some(other) = serving.insert((service, view.id().clone()), index) {
                     return Err(self.violation(
-                        "one grantor per view: at most one member of a view serves",
-                        format!("nodes {other} and {index} both serve in {view}"),
+                        "one grantor per service per view: at most one member of a view serves a service",
+                        format!("nodes {other} and {index} both serve the {} in {view}", label(service)),
                     ));
                 }
-            }
-        }
-        for (index, slot) in self.slots.iter().enumerate() {
-            let Some(endpoint) = &slot.endpoint else {
-                continue;
-            };
-            if !endpoint.locks().is_serving() {
-                continue;
-            }
-            let Some(view) = endpoint.view() else {
-                continue;
-            };
-            for (name, owner, request, _) in endpoint.locks().grantor_holds() {
-                if !view.contains(&owner.member) {
-                    return Err(self.violation(
-                        "no lock stays held by a member that is not in the view",
-                        format!("grantor node {index} has {name} held by {owner} ({request}) outside {view}"),
-                    ));
+                for (name, owner, request, _) in locks.grantor_holds() {
+                    if !view.contains(&owner.member) {
+                        return Err(self.violation(
+                            "no lock stays held by a member that is not in the view",
+                            format!("grantor node {index} of the {} has {name} held by {owner} ({request}) outside {view}", label(service)),
+                        ));
+                    }
                 }
             }
         }
@@ -237,13 +263,14 @@ impl Simulation {
             let Some(endpoint) = &slot.endpoint else {
                 return true;
             };
-            let locks = endpoint.locks();
             slot.actors.iter().all(|a| a.is_idle())
-                && locks.pending_requests().is_empty()
-                && locks.pending_releases() == 0
-                && endpoint.holds(slot.clock.local(self.now)).is_empty()
-                && locks.grantor_holds().is_empty()
-                && !locks.is_reconciling()
+                && services(endpoint).all(|(_, locks)| {
+                    locks.pending_requests().is_empty()
+                        && locks.pending_releases() == 0
+                        && locks.holds(slot.clock.local(self.now)).is_empty()
+                        && locks.grantor_holds().is_empty()
+                        && !locks.is_reconciling()
+                })
         })
     }
 
@@ -256,7 +283,9 @@ impl Simulation {
             let Some(endpoint) = slot.endpoint.as_ref() else {
                 continue;
             };
-            let orphans = endpoint.locks().cache_orphans();
+            let orphans: Vec<_> = services(endpoint)
+                .flat_map(|(_, locks)| locks.cache_orphans())
+                .collect();
             if !orphans.is_empty() {
                 return Err(self.violation(
                     "no lock is granted from a node grant its member no longer holds",
@@ -268,33 +297,55 @@ impl Simulation {
     }
 
     fn check_consistency(&self) -> Result<(), Violation> {
-        let mut grantor_view = None;
         for slot in &self.slots {
             match (&slot.state, &slot.endpoint) {
-                (SlotState::Up, Some(e)) if e.is_settled() => {
-                    if e.locks().is_serving() {
-                        grantor_view = e.view().map(|v| v.id().clone());
-                    }
-                }
+                (SlotState::Up, Some(e)) if e.is_settled() => {}
                 _ => return Ok(()),
             }
         }
-        if grantor_view.is_none() || !self.views_converged() {
+        if !self.views_converged() {
             // A crashed member may still be in the view, its locks rightly in the table
             // until it is excluded; compare only once the view holds exactly the live members.
             return Ok(());
         }
+        let mut named: BTreeSet<Option<ServiceName>> = BTreeSet::from([None]);
+        for slot in &self.slots {
+            if let Some(endpoint) = &slot.endpoint {
+                named.extend(endpoint.services().map(|(n, _)| Some(n.clone())));
+            }
+        }
+        for service in &named {
+            self.check_service_consistency(service.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// [`Simulation::check_consistency`] for one lock service.
+    fn check_service_consistency(&self, service: Option<&ServiceName>) -> Result<(), Violation> {
+        fn of<'a>(
+            endpoint: &'a Endpoint,
+            service: Option<&ServiceName>,
+        ) -> Option<&'a LockService> {
+            match service {
+                None => Some(endpoint.locks()),
+                Some(name) => endpoint.service(name),
+            }
+        }
+        let endpoints = || self.slots.iter().filter_map(|slot| slot.endpoint.as_ref());
+        if !endpoints().any(|e| of(e, service).is_some_and(LockService::is_serving)) {
+            return Ok(());
+        }
         let mut believed: BTreeSet<(MemberId, RequestId)> = BTreeSet::new();
         let mut table: BTreeSet<(MemberId, RequestId)> = BTreeSet::new();
-        for slot in &self.slots {
-            let Some(endpoint) = slot.endpoint.as_ref() else {
+        for endpoint in endpoints() {
+            let Some(locks) = of(endpoint, service) else {
                 continue;
             };
-            for request in endpoint.locks().member_holds() {
+            for request in locks.member_holds() {
                 believed.insert((endpoint.local().clone(), request));
             }
-            if endpoint.locks().is_serving() {
-                for (_, owner, request, _) in endpoint.locks().grantor_holds() {
+            if locks.is_serving() {
+                for (_, owner, request, _) in locks.grantor_holds() {
                     table.insert((owner.member, request));
                 }
             }
@@ -310,7 +361,7 @@ impl Simulation {
                 .collect();
             return Err(self.violation(
                 "when the cluster is quiet, the grantor's table equals what members believe they hold",
-                format!("held only by members' belief: {only_members:?}; only in the grantor's table: {only_table:?}"),
+                format!("{}: held only by members' belief: {only_members:?}; only in the grantor's table: {only_table:?}", label(service)),
             ));
         }
         Ok(())

@@ -290,7 +290,10 @@ struct Simulation {
     fault_times: Vec<Instant>,
     /// Last fencing token granted per (grantor incarnation, or 0 for cluster-wide, lock).
     /// With the granting incarnation and the number of node starts at that grant.
-    last_tokens: BTreeMap<(u128, LockName), (FencingToken, u128, u64)>,
+    last_tokens: BTreeMap<
+        (Option<conclave_lock_api::ServiceName>, u128, LockName),
+        (FencingToken, u128, u64),
+    >,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
     /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).
@@ -759,13 +762,23 @@ impl Simulation {
             match action {
                 Some(Action::Lock(request)) => {
                     slot.next_owner += 1;
-                    let id = endpoint.lock(local, request);
-                    slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
+                    let id = match workload.service_of(a) {
+                        None => Some(endpoint.lock(local, request)),
+                        Some(service) => endpoint.lock_in(local, &service, request).ok(),
+                    };
+                    if let Some(id) = id {
+                        slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
+                    }
                 }
                 Some(Action::Cancel(request)) => endpoint.cancel(local, request),
-                Some(Action::BecomeGrantor) => {
-                    let _ = endpoint.become_grantor(local);
-                }
+                Some(Action::BecomeGrantor) => match workload.service_of(a) {
+                    None => {
+                        let _ = endpoint.become_grantor(local);
+                    }
+                    Some(service) => {
+                        let _ = endpoint.become_grantor_in(local, &service);
+                    }
+                },
                 Some(Action::Extend(request, lease)) => {
                     let _ = endpoint.extend_lease(local, request, lease);
                 }
@@ -784,7 +797,9 @@ impl Simulation {
         }
         let view = match event {
             EndpointEvent::ViewInstalled { view, .. } => view,
-            EndpointEvent::Lock(notice) => return self.on_notice(index, notice),
+            EndpointEvent::Lock(notice) | EndpointEvent::ServiceLock { notice, .. } => {
+                return self.on_notice(index, notice)
+            }
             EndpointEvent::Left => return Ok(()),
         };
         self.report.views_installed += 1;

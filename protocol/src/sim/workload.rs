@@ -35,6 +35,22 @@ pub struct Workload {
     /// Chance that an idle actor asks for the grantor role for its node instead of a lock
     /// (`become_grantor`). Default 0 (no random draw then).
     pub transfer: f64,
+    /// Named lock services besides the default one: actor `a` of each node uses service
+    /// `a % (services + 1)` (0: the default service, `k`: the service `svc-k`), so the same
+    /// lock names live in several independent namespaces, each with its own grantor.
+    /// Default 0 (no random draw is made for it in any case).
+    pub services: usize,
+}
+
+impl Workload {
+    /// The named service actor `actor` of a node uses (`None`: the default service).
+    pub fn service_of(&self, actor: usize) -> Option<conclave_lock_api::ServiceName> {
+        let k = actor % (self.services + 1);
+        (k > 0).then(|| {
+            conclave_lock_api::ServiceName::new(format!("svc-{k}"))
+                .unwrap_or_else(|e| unreachable!("simulator service names are valid: {e}"))
+        })
+    }
 }
 
 impl Default for Workload {
@@ -50,6 +66,7 @@ impl Default for Workload {
             max_hold: Duration::from_millis(100),
             leased: 0.0,
             transfer: 0.0,
+            services: 0,
         }
     }
 }
@@ -260,7 +277,7 @@ impl Actor {
                 match reason {
                     crate::locking::Refusal::WouldBlock => stats.would_block += 1,
                     crate::locking::Refusal::Timeout => stats.timeouts += 1,
-                    crate::locking::Refusal::Shutdown => {}
+                    crate::locking::Refusal::Shutdown | crate::locking::Refusal::Destroyed => {}
                     crate::locking::Refusal::NoQuorum => stats.no_quorum += 1,
                     crate::locking::Refusal::Unavailable => stats.unavailable += 1,
                 }

@@ -207,6 +207,9 @@ pub struct Endpoint {
     lock_config: LockConfig,
     /// `Majority`: the term floor restored from stable storage, for services opened later.
     restored_term: Option<u64>,
+    /// Simulator tests of the checkers: the protocol broken on purpose, in every service.
+    #[cfg(feature = "sim")]
+    lock_sabotage: crate::locking::LockSabotage,
     transmits: VecDeque<Transmit>,
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
@@ -237,6 +240,8 @@ impl Endpoint {
             service_names: BTreeMap::new(),
             lock_config: config.locks,
             restored_term: None,
+            #[cfg(feature = "sim")]
+            lock_sabotage: crate::locking::LockSabotage::default(),
             local,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -320,6 +325,17 @@ impl Endpoint {
         &mut self.locks
     }
 
+    /// Breaks the locking protocol on purpose in every lock service, present and future
+    /// (simulator tests of the checkers only).
+    #[cfg(feature = "sim")]
+    pub fn set_lock_sabotage(&mut self, sabotage: crate::locking::LockSabotage) {
+        self.lock_sabotage = sabotage;
+        self.locks.set_sabotage(sabotage);
+        for service in self.services.values_mut() {
+            service.set_sabotage(sabotage);
+        }
+    }
+
     /// A named lock service, if this member runs it.
     pub fn service(&self, name: &ServiceName) -> Option<&LockService> {
         self.services.get(name)
@@ -377,6 +393,8 @@ impl Endpoint {
         if let Some(term) = self.restored_term {
             service.restore_term(term);
         }
+        #[cfg(feature = "sim")]
+        service.set_sabotage(self.lock_sabotage);
         if let Some(view) = self.gms.view().cloned() {
             let authority = self.locks.authority(now);
             service.lend_authority(now, authority, true);

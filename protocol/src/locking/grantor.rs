@@ -225,6 +225,12 @@ impl Grantor {
         });
     }
 
+    /// Sets the end of the grace period of the reconciliation just started (a named
+    /// service's: the member's term's, see `LockService::begin_term`).
+    pub(crate) fn set_grace(&mut self, until: Option<Instant>) {
+        self.grace_until = until;
+    }
+
     /// Hands the table over (`become_grantor` of another member): returns the handoff for the
     /// new grantor and stops granting at once. Only a serving grantor hands over.
     pub(crate) fn hand_off(&mut self, ctx: &Ctx<'_>) -> Option<LockMessage> {

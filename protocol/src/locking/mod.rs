@@ -311,6 +311,9 @@ pub struct LockSabotage {
     pub lease_from_receipt: bool,
     /// Grantor transfer: keep serving from the table after handing it over.
     pub serve_after_handoff: bool,
+    /// Named services under `Majority`: grant without the member's term (as if every named
+    /// service's grantor had a majority's support and no grace period to wait).
+    pub service_without_term: bool,
 }
 
 /// The locking state machine of one member: client of the grantor, and grantor when it
@@ -374,6 +377,8 @@ pub struct LockService {
     borrowed: Option<Authority>,
     /// A named service: the borrowed term its grantor last started (reconciled) in.
     started_term: Option<u64>,
+    /// Sabotage ([`LockSabotage::service_without_term`]).
+    sabotage_service_without_term: bool,
 }
 
 impl LockService {
@@ -418,6 +423,7 @@ impl LockService {
             early_transfer: None,
             borrowed: None,
             started_term: None,
+            sabotage_service_without_term: false,
         }
     }
 
@@ -491,6 +497,7 @@ impl LockService {
         self.support.promise_anyone = sabotage.promise_anyone;
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
         self.cache.serve_after_return = sabotage.cache_after_return;
+        self.sabotage_service_without_term = sabotage.service_without_term;
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
         self.client.lease_from_receipt = sabotage.lease_from_receipt;
         self.grantor.sabotage.serve_after_handoff = sabotage.serve_after_handoff;
@@ -997,6 +1004,14 @@ impl LockService {
         }
         let ctx = self.ctx(now, view);
         self.grantor.start(&ctx, &mut self.outbox);
+        if self.borrows() {
+            // A named service starts in the member's current term: every hold of the
+            // service that no grantor of this term granted or renewed was last confirmed
+            // while an earlier term had support, which ended before this term's quorum, so it
+            // ran out by the term's grace end. It waits for that, not a grace of its own.
+            let grace_end = self.borrowed.and_then(|a| a.grace_end);
+            self.grantor.set_grace(grace_end);
+        }
     }
 
     /// `Majority`: the lease fields of a heartbeat to `to`: a probe of our term if we are the
@@ -1220,6 +1235,9 @@ impl LockService {
             return true;
         };
         if let Some(lent) = self.borrowed {
+            if self.sabotage_service_without_term {
+                return true;
+            }
             return lent.term.is_some()
                 && lent.term == self.started_term
                 && lent.quorum_until.is_some_and(|until| now < until);
@@ -1233,6 +1251,9 @@ impl LockService {
     /// it).
     fn grace_end(&self) -> Option<Instant> {
         if let Some(lent) = self.borrowed.filter(|_| self.config.policy.is_majority()) {
+            if self.sabotage_service_without_term {
+                return Some(Instant::ZERO);
+            }
             return lent.grace_end;
         }
         let fence = self.config.lease + self.config.lease_margin;

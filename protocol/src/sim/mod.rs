@@ -556,7 +556,11 @@ impl Simulation {
             self.report.coordinator_crashes += 1;
         }
         self.report.crashes += 1;
-        if !endpoint.locks().grantor_holds().is_empty() {
+        let holds_locks = !endpoint.locks().grantor_holds().is_empty()
+            || endpoint
+                .services()
+                .any(|(_, service)| !service.grantor_holds().is_empty());
+        if holds_locks {
             self.report.grantor_crashes_with_locks += 1;
         }
         self.report.add_endpoint(&endpoint);
@@ -604,7 +608,7 @@ impl Simulation {
             self.config.max_datagram,
         );
         endpoint.gms_mut().set_sabotage(self.config.sabotage);
-        endpoint.locks_mut().set_sabotage(self.config.lock_sabotage);
+        endpoint.set_lock_sabotage(self.config.lock_sabotage);
         if self.config.durable_terms {
             endpoint.restore_term(slot.disk_term);
         }
@@ -973,6 +977,9 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
         }
         if w.transfer > 0.0 {
             profile.push_str(&format!("CONCLAVE_SIM_TRANSFER={} ", w.transfer));
+        }
+        if w.services > 0 {
+            profile.push_str(&format!("CONCLAVE_SIM_SERVICES={} ", w.services));
         }
     }
     let nodes = if config.nodes == SimConfig::default().nodes {

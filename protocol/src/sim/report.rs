@@ -56,6 +56,8 @@ pub struct Report {
     pub grantor_crashes_with_locks: u64,
     /// Holds lost at their holder because their own lease ran out.
     pub leases_expired: u64,
+    /// Grantor counters of the named lock services alone (also counted in `grantor`).
+    pub named_services: GrantorStats,
     /// What the simulated lock users did.
     pub workload: WorkloadStats,
     /// Lost-lock notices (duplicate, minority, lease).
@@ -78,6 +80,9 @@ impl Report {
         add_cache(&mut self.cache, &stats.cache);
         add_reliable(&mut self.reliable, &stats.reliable);
         self.leases_expired += stats.leases_expired;
+        for (_, service) in endpoint.services() {
+            add_grantor(&mut self.named_services, &service.grantor_stats());
+        }
     }
 
     /// Adds the counters of `other` (for totals over many seeds).
@@ -109,6 +114,7 @@ impl Report {
         add_reliable(&mut self.reliable, &other.reliable);
         self.grantor_crashes_with_locks += other.grantor_crashes_with_locks;
         self.leases_expired += other.leases_expired;
+        add_grantor(&mut self.named_services, &other.named_services);
         let (w, o) = (&mut self.workload, &other.workload);
         w.requests += o.requests;
         w.granted += o.granted;
@@ -257,6 +263,14 @@ impl fmt::Display for Report {
                 "lease expiries      {} at holders, {} at grantors (holds whose own lease ran out)",
                 self.leases_expired, g.lease_expiries
             )?;
+            let n = &self.named_services;
+            if n.grants > 0 || n.reconciliations > 0 {
+                writeln!(
+                    f,
+                    "named services      {} grants ({} contended), {} reconciliations, {} tables taken over, {} lease expiries at grantors",
+                    n.grants, n.contended_grants, n.reconciliations, n.transfers, n.lease_expiries
+                )?;
+            }
             writeln!(f, "token amnesia       {} (grants below a token whose epoch the grantor never heard of)", self.token_amnesia)?;
         }
         write!(

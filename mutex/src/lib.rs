@@ -92,6 +92,7 @@ mod durable;
 mod duty;
 mod error;
 pub mod faults;
+mod front;
 pub mod futures;
 mod group;
 mod hold;

@@ -26,6 +26,7 @@ use tracing::debug;
 use crate::driver;
 use crate::durable::TermFile;
 use crate::error::NodeError;
+use crate::group::GroupBackend;
 use crate::hold::Backend;
 use crate::local::LocalBackend;
 use crate::mutex::DistributedMutex;
@@ -317,7 +318,7 @@ impl NodeBuilder {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(thread);
         // Dropped on every early return below: the node shuts down again.
         let node = Node {
-            backend: inner.clone(),
+            backend: Arc::new(GroupBackend::new(inner.clone())),
             sealer: Some(sealer.clone()),
         };
         let mut timer = Timer::after(self.join_timeout);

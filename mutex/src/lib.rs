@@ -95,6 +95,7 @@ pub mod faults;
 mod front;
 pub mod futures;
 mod group;
+mod handles;
 mod hold;
 pub mod local;
 pub mod memory;
@@ -102,6 +103,7 @@ mod mutex;
 mod node;
 mod reentrant;
 mod rwlock;
+mod service;
 mod shared;
 
 /// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
@@ -124,7 +126,7 @@ pub use conclave_lock_api::seal;
 pub use conclave_lock_api::{
     FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
     LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId,
-    UnexpectedGrant, UnexpectedLock, UnlockError, View,
+    ServiceName, UnexpectedGrant, UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
 pub use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
@@ -138,11 +140,12 @@ pub use conclave_udp as udp;
 /// keep one connection per pair; for networks without multicast. See [`tcp::TcpMesh`].
 #[cfg(feature = "tcp-mesh")]
 pub use conclave_tcp as tcp;
-pub use error::NodeError;
+pub use error::{NodeError, ServiceError};
 pub use mutex::{DistributedMutex, MutexGuard};
 pub use node::{LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT};
 pub use reentrant::{ReentrantGuard, ReentrantLock};
 pub use rwlock::{RwLock, RwLockGuard};
+pub use service::LockService;
 
 // The futures by their earlier paths, for code written before the `futures` module.
 #[doc(hidden)]

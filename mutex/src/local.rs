@@ -836,17 +836,21 @@ impl LockBackend for LocalBackend {
         if services.closed {
             return Err(LockError::Shutdown);
         }
-        services.by_name.retain(|_, s| !s.lock().destroyed);
+        // A destroyed service opens afresh, its fencing tokens going on from where they were.
+        let mut state = State::default();
         if let Some(service) = services.by_name.get(name) {
-            return Ok(service.clone());
-        }
-        if services.by_name.len() >= conclave_protocol::MAX_SERVICES {
+            let old = service.lock();
+            if !old.destroyed {
+                return Ok(service.clone());
+            }
+            state.last_token = old.last_token;
+        } else if services.by_name.len() >= conclave_protocol::MAX_SERVICES {
             return Err(LockError::TooManyServices);
         }
         let service = Arc::new(LocalBackend {
             member: self.member.clone(),
             view: self.view.clone(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             node: self.node.clone(),
             service: Some(name.clone()),
         });

@@ -20,7 +20,10 @@ pub(crate) fn mutex(
     backend: &Backend,
     name: impl Into<String>,
 ) -> Result<DistributedMutex, LockNameError> {
-    Ok(DistributedMutex::new(backend.clone(), created(backend, name)?))
+    Ok(DistributedMutex::new(
+        backend.clone(),
+        created(backend, name)?,
+    ))
 }
 
 /// A reader-writer lock for `name` in `backend`'s service.

@@ -125,8 +125,8 @@ pub use conclave_lock_api as api;
 pub use conclave_lock_api::seal;
 pub use conclave_lock_api::{
     FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
-    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId,
-    ServiceName, UnexpectedGrant, UnexpectedLock, UnlockError, View,
+    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId, ServiceName,
+    UnexpectedGrant, UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
 pub use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};

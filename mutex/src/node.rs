@@ -13,8 +13,8 @@ use async_io::Timer;
 use conclave_lock_api::seal::{ClusterKey, Keyring, SealStats, SealedTransport, Sealer};
 use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::{
-    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockNameError,
-    MemberId, MemberNameError, ServiceName, Transport, UnexpectedLock, View,
+    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockNameError, MemberId,
+    MemberNameError, ServiceName, Transport, UnexpectedLock, View,
 };
 use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
 use conclave_protocol::{Endpoint, EndpointConfig};

@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 use async_channel::Sender;
 use conclave_lock_api::{
     FencingToken, GrantorTable, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName,
-    LostHandler, MemberId, OwnerId, RequestId, ServiceName, Transport, UnexpectedGrant, UnexpectedHandler,
-    UnexpectedLock, View,
+    LostHandler, MemberId, OwnerId, RequestId, ServiceName, Transport, UnexpectedGrant,
+    UnexpectedHandler, UnexpectedLock, View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
@@ -444,7 +444,6 @@ impl Shared {
         receiver
     }
 
-
     /// Processes the endpoint's events and collects its datagrams. Call after every call into
     /// the endpoint, then pass the result to [`Inner::flush`] once the lock is released.
     pub(crate) fn settle(&mut self, now: Instant) -> Effects {
@@ -630,7 +629,11 @@ impl Shared {
                     slot.lost = Some(reason);
                     slot.wake();
                 }
-                self.lost(service, LockLost::new(name, self.owner_id(owner), token, reason), effects);
+                self.lost(
+                    service,
+                    LockLost::new(name, self.owner_id(owner), token, reason),
+                    effects,
+                );
             }
         }
     }

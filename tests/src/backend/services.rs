@@ -55,7 +55,10 @@ pub async fn named_services(nodes: Vec<Node>) {
     let (billing_b, shipping_b) = (open(b, "billing"), open(b, "shipping"));
     for service in [&billing_a, &shipping_a, &billing_b, &shipping_b] {
         let grantor = within(WAIT, "a serving grantor", service.wait_until_serving()).await;
-        assert!(a.view().unwrap().contains(&grantor.expect("the service runs")));
+        assert!(a
+            .view()
+            .unwrap()
+            .contains(&grantor.expect("the service runs")));
     }
     let told = Arc::new(Mutex::new(Vec::<LockLost>::new()));
     let record = told.clone();
@@ -64,7 +67,9 @@ pub async fn named_services(nodes: Vec<Node>) {
 
     // One name, three locks; exclusion within a service, across members.
     let lock = |service: &LockService, name: &str| service.mutex(name).unwrap().lock();
-    let held = within(WAIT, "billing/x", lock(&billing_a, NAME)).await.unwrap();
+    let held = within(WAIT, "billing/x", lock(&billing_a, NAME))
+        .await
+        .unwrap();
     let try_in = |mutex: conclave::DistributedMutex| async move {
         within(WAIT, "try_lock", mutex.try_lock()).await
     };
@@ -79,13 +84,31 @@ pub async fn named_services(nodes: Vec<Node>) {
     // Each service's events are its own.
     let mut shipping_events = shipping_a.lock_events();
     let mut default_events = a.lock_events();
-    let in_billing_a = within(WAIT, "billing/z", lock(&billing_a, "z")).await.unwrap();
-    let in_shipping_a = within(WAIT, "shipping/y", lock(&shipping_a, "y")).await.unwrap();
-    let in_default_a = within(WAIT, "marker", a.mutex("marker").unwrap().lock()).await.unwrap();
-    assert_eq!(next_locked(&mut billing_events, "billing's grant").await, "x");
-    assert_eq!(next_locked(&mut billing_events, "billing's grant").await, "z");
-    assert_eq!(next_locked(&mut shipping_events, "shipping's grant").await, "y");
-    assert_eq!(next_locked(&mut default_events, "a default grant").await, "marker");
+    let in_billing_a = within(WAIT, "billing/z", lock(&billing_a, "z"))
+        .await
+        .unwrap();
+    let in_shipping_a = within(WAIT, "shipping/y", lock(&shipping_a, "y"))
+        .await
+        .unwrap();
+    let in_default_a = within(WAIT, "marker", a.mutex("marker").unwrap().lock())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_locked(&mut billing_events, "billing's grant").await,
+        "x"
+    );
+    assert_eq!(
+        next_locked(&mut billing_events, "billing's grant").await,
+        "z"
+    );
+    assert_eq!(
+        next_locked(&mut shipping_events, "shipping's grant").await,
+        "y"
+    );
+    assert_eq!(
+        next_locked(&mut default_events, "a default grant").await,
+        "marker"
+    );
 
     // Each service's table is its own.
     for node in [a, b] {
@@ -101,7 +124,11 @@ pub async fn named_services(nodes: Vec<Node>) {
     if nodes.len() > 1 {
         let default_grantor = a.grantor();
         let shipping_grantor = shipping_a.grantor();
-        assert_eq!(billing_a.grantor(), default_grantor, "the coordinator grants");
+        assert_eq!(
+            billing_a.grantor(),
+            default_grantor,
+            "the coordinator grants"
+        );
         within(WAIT, "billing's grantor moves", billing_b.become_grantor())
             .await
             .unwrap();
@@ -119,9 +146,16 @@ pub async fn named_services(nodes: Vec<Node>) {
         // No grantor change reached the default service's listeners.
         let after = a.mutex("after").unwrap();
         let guard = within(WAIT, "after", after.lock()).await.unwrap();
-        assert_eq!(next_locked(&mut default_events, "a default grant").await, "after");
+        assert_eq!(
+            next_locked(&mut default_events, "a default grant").await,
+            "after"
+        );
         drop(guard);
-        assert_eq!(held.status(), LockStatus::Held, "the hold moved with billing's table");
+        assert_eq!(
+            held.status(),
+            LockStatus::Held,
+            "the hold moved with billing's table"
+        );
     }
 
     // Destroying a service ends the waits there.
@@ -133,7 +167,9 @@ pub async fn named_services(nodes: Vec<Node>) {
     within(WAIT, "destroy billing on b", billing_b.destroy()).await;
     assert!(billing_b.is_destroyed());
     assert_eq!(
-        within(WAIT, "the waiting request", waiting).await.unwrap_err(),
+        within(WAIT, "the waiting request", waiting)
+            .await
+            .unwrap_err(),
         LockError::ServiceDestroyed
     );
     assert_eq!(
@@ -143,7 +179,12 @@ pub async fn named_services(nodes: Vec<Node>) {
         LockError::ServiceDestroyed
     );
     assert_eq!(
-        within(WAIT, "become_grantor after destroy", billing_b.become_grantor()).await,
+        within(
+            WAIT,
+            "become_grantor after destroy",
+            billing_b.become_grantor()
+        )
+        .await,
         Err(LockError::ServiceDestroyed)
     );
     assert_eq!(
@@ -170,12 +211,17 @@ pub async fn named_services(nodes: Vec<Node>) {
         .collect();
     reported.sort_by(|x, y| x.0.cmp(&y.0));
     let destroyed = LockLostReason::ServiceDestroyed;
-    assert_eq!(reported, [("x".to_owned(), destroyed), ("z".to_owned(), destroyed)]);
+    assert_eq!(
+        reported,
+        [("x".to_owned(), destroyed), ("z".to_owned(), destroyed)]
+    );
     let lost_events = within(WAIT, "billing's event stream ends", async {
         let mut lost = Vec::new();
         while let Some(event) = billing_events.next().await {
             match event {
-                LockEvent::Lost { name, reason, .. } => lost.push((name.as_str().to_owned(), reason)),
+                LockEvent::Lost { name, reason, .. } => {
+                    lost.push((name.as_str().to_owned(), reason))
+                }
                 LockEvent::Locked { name, .. } => panic!("another service's grant of {name}"),
                 _ => {}
             }
@@ -191,21 +237,37 @@ pub async fn named_services(nodes: Vec<Node>) {
     );
     assert_eq!(in_billing_a.status(), LockStatus::Lost);
     for guard in [&in_shipping, &in_default, &in_shipping_a, &in_default_a] {
-        assert_eq!(guard.status(), LockStatus::Held, "other services are untouched");
+        assert_eq!(
+            guard.status(),
+            LockStatus::Held,
+            "other services are untouched"
+        );
     }
 
     // The name opens afresh, and the lock was released at the grantor.
     let billing = b.lock_service("billing").unwrap();
     assert!(!billing.is_destroyed());
-    let again = within(WAIT, "billing/x again", lock(&billing, NAME)).await.unwrap();
+    let again = within(WAIT, "billing/x again", lock(&billing, NAME))
+        .await
+        .unwrap();
     assert!(again.fencing_token() > token);
     within(WAIT, "unlock", again.unlock()).await.unwrap();
-    drop((in_shipping, in_default, in_shipping_a, in_default_a, in_billing_a));
+    drop((
+        in_shipping,
+        in_default,
+        in_shipping_a,
+        in_default_a,
+        in_billing_a,
+    ));
     leave_all(nodes).await;
     assert_eq!(
-        within(WAIT, "after shutdown", shipping_a.mutex("late").unwrap().try_lock())
-            .await
-            .unwrap_err(),
+        within(
+            WAIT,
+            "after shutdown",
+            shipping_a.mutex("late").unwrap().try_lock()
+        )
+        .await
+        .unwrap_err(),
         LockError::Shutdown
     );
 }

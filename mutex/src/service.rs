@@ -28,8 +28,14 @@ use crate::rwlock::RwLock;
 
 /// A named lock service of a node: an independent namespace of locks with its own grantor,
 /// reconciliation, table, events and handlers. Made by
-/// [`Node::lock_service`](crate::Node::lock_service), which shows an example; the
-/// [module documentation](self) tells what a service is.
+/// [`Node::lock_service`](crate::Node::lock_service), which shows an example.
+///
+/// The same lock name in two services (or in a service and the node's default one) is two
+/// locks. Each service's grantor is the view's coordinator unless transferred, and is
+/// transferred on its own ([`LockService::become_grantor`]). Destroying a service on a member
+/// ([`LockService::destroy`]) ends its pending requests there with
+/// [`LockError::ServiceDestroyed`] and releases its locks at the grantor; the other members
+/// keep using it.
 ///
 /// Clones (and every `lock_service` call for the same name until it is destroyed) are the same
 /// service. Dropping a `LockService` does not destroy it ([`LockService::destroy`] does); the

@@ -2,10 +2,10 @@
 //!
 //! A service running on many machines writes `let guard = mutex.lock().await?` and knows that
 //! no other process of the cluster holds that lock until the guard drops. This crate is the
-//! front end: [`Node`], [`DistributedMutex`], [`ReentrantLock`], [`RwLock`], their guards, and
-//! the driver that runs [`conclave_protocol`] over a membership backend ([`api::Transport`]):
-//! the in-memory [`memory`] transport, always available, `udp` (feature `udp-multicast`, the
-//! default) or `tcp` (feature `tcp-mesh`).
+//! front end: [`Node`] and its named lock services ([`LockService`]), [`DistributedMutex`],
+//! [`ReentrantLock`], [`RwLock`], their guards, and the driver that runs [`conclave_protocol`]
+//! over a membership backend ([`api::Transport`]): the in-memory [`memory`] transport, always
+//! available, `udp` (feature `udp-multicast`, the default) or `tcp` (feature `tcp-mesh`).
 //!
 //! ```
 //! use std::time::Duration;

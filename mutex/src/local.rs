@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -53,6 +53,10 @@ use conclave_lock_api::{
 };
 use futures::stream::BoxStream;
 
+use self::services::LocalNode;
+
+mod services;
+
 /// The lock table of one process: see the [module documentation](self).
 pub struct LocalBackend {
     member: MemberId,
@@ -62,22 +66,6 @@ pub struct LocalBackend {
     node: Arc<LocalNode>,
     /// `None`: the node's default service.
     service: Option<ServiceName>,
-}
-
-/// What the lock services of one local node share.
-#[derive(Default)]
-struct LocalNode {
-    /// Owner numbers, unique across the node's services.
-    next_owner: AtomicU64,
-    services: Mutex<Services>,
-}
-
-/// The named services of a local node.
-#[derive(Default)]
-struct Services {
-    /// The node shut down: no service opens any more.
-    closed: bool,
-    by_name: BTreeMap<ServiceName, Arc<LocalBackend>>,
 }
 
 impl fmt::Debug for LocalBackend {
@@ -178,58 +166,6 @@ impl LocalBackend {
             node: Arc::default(),
             service: None,
         }
-    }
-
-    /// Closes this service: every hold lost for `reason`, every waiting request refused
-    /// (with [`LockError::ServiceDestroyed`] for a destroyed service, else
-    /// [`LockError::Shutdown`]), and the handlers told.
-    fn close(&self, reason: LockLostReason) {
-        let destroyed = reason == LockLostReason::ServiceDestroyed;
-        let (handlers, lost) = {
-            let mut state = self.lock();
-            if state.closed {
-                return;
-            }
-            state.closed = true;
-            state.destroyed = destroyed;
-            let refusal = state.refusal();
-            let mut lost = Vec::new();
-            let mut events = Vec::new();
-            for record in state.requests.values_mut() {
-                match record.stage {
-                    Stage::Held(token) => {
-                        record.stage = Stage::Lost(reason);
-                        let owner = self.owner_id(record.owner);
-                        events.push(LockEvent::Lost {
-                            name: record.name.clone(),
-                            owner: owner.clone(),
-                            reason,
-                        });
-                        lost.push(LockLost::new(record.name.clone(), owner, token, reason));
-                    }
-                    Stage::Queued => record.stage = Stage::Refused(refusal.clone()),
-                    _ => {}
-                }
-                record.timer = None;
-                record.wake();
-            }
-            for event in events {
-                state.emit(event);
-            }
-            for entry in state.locks.values_mut() {
-                entry.holders.clear();
-                entry.queue.clear();
-            }
-            state.events.clear();
-            if !destroyed {
-                state.views.clear();
-            }
-            for waker in state.closed_wakers.drain(..) {
-                waker.wake();
-            }
-            (state.handlers.clone(), lost)
-        };
-        call_handlers(&handlers, &lost);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -646,9 +582,12 @@ impl LockBackend for LocalBackend {
     }
 
     fn view(&self) -> Option<View> {
-        let state = self.lock();
         // A destroyed service still shows the node's view.
-        (!state.closed || state.destroyed).then(|| self.view.clone())
+        let shown = {
+            let state = self.lock();
+            !state.closed || state.destroyed
+        };
+        (shown && !self.node.is_closed()).then(|| self.view.clone())
     }
 
     fn serving_grantor(&self) -> Option<MemberId> {
@@ -797,21 +736,9 @@ impl LockBackend for LocalBackend {
     }
 
     fn shutdown(&self) {
-        if self.service.is_some() {
-            return self.close(LockLostReason::ServiceDestroyed);
-        }
-        let services = {
-            let mut services = self
-                .node
-                .services
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            services.closed = true;
-            std::mem::take(&mut services.by_name)
-        };
-        self.close(LockLostReason::Shutdown);
-        for service in services.values() {
-            service.close(LockLostReason::Shutdown);
+        match self.service {
+            None => self.shut_node_down(),
+            Some(_) => self.close(LockLostReason::ServiceDestroyed),
         }
     }
 
@@ -828,34 +755,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
-        let mut services = self
-            .node
-            .services
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if services.closed {
-            return Err(LockError::Shutdown);
-        }
-        // A destroyed service opens afresh, its fencing tokens going on from where they were.
-        let mut state = State::default();
-        if let Some(service) = services.by_name.get(name) {
-            let old = service.lock();
-            if !old.destroyed {
-                return Ok(service.clone());
-            }
-            state.last_token = old.last_token;
-        } else if services.by_name.len() >= conclave_protocol::MAX_SERVICES {
-            return Err(LockError::TooManyServices);
-        }
-        let service = Arc::new(LocalBackend {
-            member: self.member.clone(),
-            view: self.view.clone(),
-            state: Mutex::new(state),
-            node: self.node.clone(),
-            service: Some(name.clone()),
-        });
-        services.by_name.insert(name.clone(), service.clone());
-        Ok(service)
+        Ok(self.open_service(name)?)
     }
 }
 

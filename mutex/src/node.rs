@@ -665,16 +665,18 @@ impl Node {
     }
 
     /// A stream of the lock events of this member (handles created, owners waiting, locks
-    /// granted, released and lost). It ends when the node stops. Events are buffered without
-    /// bound: keep reading, or drop the stream.
+    /// granted, released and lost, the grantor changing) in its default lock service (each
+    /// named service has its own: [`LockService::lock_events`]). It ends when the node stops.
+    /// Events are buffered without bound: keep reading, or drop the stream.
     pub fn lock_events(&self) -> LockEvents {
         handles::lock_events(&self.backend)
     }
 
     /// Registers an unexpected-status handler: it is called, on whichever thread noticed, each
     /// time a lock held on this node is lost without its owner releasing it (duplicate after a
-    /// merge, minority, lease expiry, expelled, node shut down). Keep it short and do not call
-    /// back into the node from it.
+    /// merge, minority, lease expiry, expelled, node shut down), in the default lock service
+    /// (named services have their own: [`LockService::on_lock_lost`]). Keep it short and do
+    /// not call back into the node from it.
     pub fn on_lock_lost(&self, handler: impl Fn(&LockLost) + Send + Sync + 'static) {
         handles::on_lock_lost(&self.backend, handler);
     }
@@ -707,12 +709,13 @@ impl Node {
         handles::rw_lock(&self.backend, name)
     }
 
-    /// The locks held on this node now, by any owner, as the backend records them.
+    /// The locks of the default lock service held on this node now, by any owner, as the
+    /// backend records them (a named service's: [`LockService::held_locks`]).
     pub fn held_locks(&self) -> Vec<HeldLock> {
         self.backend.holds()
     }
 
-    /// How many lock requests of this node wait for an answer.
+    /// How many lock requests of this node in the default lock service wait for an answer.
     pub fn pending_requests(&self) -> usize {
         self.backend.pending_requests()
     }

@@ -82,13 +82,19 @@ impl GroupBackend {
         if shared.phase != Phase::Running {
             return Err(LockError::Shutdown);
         }
+        self.own_front(shared).ok_or(LockError::ServiceDestroyed)
+    }
+
+    /// This service's front state unless this opening of a named service was destroyed,
+    /// whatever the node's phase (listeners and handlers registered while the node shuts
+    /// down are told of its losses).
+    fn own_front<'a>(&self, shared: &'a mut Shared) -> Option<&'a mut Front> {
         match &self.service {
-            None => Ok(&mut shared.front),
+            None => Some(&mut shared.front),
             Some(service) => shared
                 .services
                 .get_mut(&service.name)
-                .filter(|front| front.is_open(service.generation))
-                .ok_or(LockError::ServiceDestroyed),
+                .filter(|front| front.is_open(service.generation)),
         }
     }
 
@@ -153,7 +159,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn created(&self, name: &LockName) {
-        if let Ok(front) = self.front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.lock()) {
             front.emit(LockEvent::Created { name: name.clone() });
         }
     }
@@ -505,28 +511,29 @@ impl LockBackend for GroupBackend {
 
     fn events(&self) -> BoxStream<'static, LockEvent> {
         let mut shared = self.lock();
-        let events = match self.front(&mut shared) {
-            Ok(front) => front.subscribe(false),
-            Err(_) => Front::default().subscribe(true),
+        let closed = shared.phase == Phase::Closed;
+        let events = match self.own_front(&mut shared) {
+            Some(front) if !closed => front.subscribe(false),
+            _ => Front::default().subscribe(true),
         };
         Box::pin(events)
     }
 
     fn on_lock_lost(&self, handler: LostHandler) {
-        if let Ok(front) = self.front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.lock()) {
             front.handlers.push(handler);
         }
     }
 
     fn on_unexpected_lock(&self, handler: UnexpectedHandler) {
-        if let Ok(front) = self.front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.lock()) {
             front.unexpected_handlers.push(handler);
         }
     }
 
     fn holds(&self) -> Vec<HeldLock> {
         let mut shared = self.lock();
-        if self.front(&mut shared).is_err() {
+        if self.own_front(&mut shared).is_none() {
             return Vec::new();
         }
         let now = self.now();
@@ -549,7 +556,7 @@ impl LockBackend for GroupBackend {
 
     fn pending_requests(&self) -> usize {
         let mut shared = self.lock();
-        if self.front(&mut shared).is_err() {
+        if self.own_front(&mut shared).is_none() {
             return 0;
         }
         let locks = match self.name() {

@@ -21,7 +21,7 @@ use futures::stream::BoxStream;
 use crate::error::{LockError, UnlockError};
 use crate::event::{LockEvent, LockLostReason, UnexpectedGrant};
 use crate::ids::{MemberId, OwnerId, RequestId};
-use crate::lock::{FencingToken, LockMode, LockName};
+use crate::lock::{FencingToken, LockMode, LockName, ServiceName};
 use crate::view::View;
 use crate::wire::TableLock;
 
@@ -423,4 +423,44 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Ready once the backend has shut down completely (after [`LockBackend::shutdown`]).
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// The named lock service `name` of this member, as a backend of its own (Geode's named
+    /// `DistributedLockService`): an independent namespace of locks with its own grantor
+    /// (transferred on its own), its own reconciliation, table and events. The service is
+    /// opened on this member if it is not yet.
+    ///
+    /// Every method of the returned backend means what it means here, for that service:
+    /// [`submit`](LockBackend::submit) locks in it; [`serving_grantor`](LockBackend::serving_grantor),
+    /// [`poll_serving_grantor`](LockBackend::poll_serving_grantor),
+    /// [`become_grantor`](LockBackend::become_grantor) and
+    /// [`poll_is_grantor`](LockBackend::poll_is_grantor) concern its grantor;
+    /// [`request_table`](LockBackend::request_table) asks for its table;
+    /// [`events`](LockBackend::events), [`on_lock_lost`](LockBackend::on_lock_lost) and
+    /// [`on_unexpected_lock`](LockBackend::on_unexpected_lock) see only its events;
+    /// [`holds`](LockBackend::holds) and [`pending_requests`](LockBackend::pending_requests)
+    /// count only its requests. Methods on a request id or table query work on either backend
+    /// (ids are unique across the services of a member). [`member`](LockBackend::member),
+    /// [`new_owner`](LockBackend::new_owner), [`view`](LockBackend::view) and
+    /// [`views`](LockBackend::views) are the node's.
+    ///
+    /// [`shutdown`](LockBackend::shutdown) of the returned backend **destroys the service** on
+    /// this member, not the node: its holds are released at the grantor and lost with
+    /// [`LockLostReason::ServiceDestroyed`] (events and handlers as for any loss), its
+    /// pending requests end with [`LockError::ServiceDestroyed`], and every later call through
+    /// it fails with that error (its event streams end).
+    /// [`poll_closed`](LockBackend::poll_closed) is ready once the grantor acknowledged those
+    /// releases, or the node closed. Asking again for a destroyed name gives a fresh service;
+    /// shutting the node down closes every service.
+    ///
+    /// The default implementation is for backends without named services: they run none, so
+    /// it answers [`LockError::TooManyServices`]. Conclave's own backends implement it.
+    ///
+    /// # Errors
+    /// [`LockError::TooManyServices`] if the member runs the most services it may already
+    /// (`conclave_protocol::MAX_SERVICES`, 256, for the group backend);
+    /// [`LockError::Shutdown`] after the node shut down.
+    fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
+        let _ = name;
+        Err(LockError::TooManyServices)
+    }
 }

@@ -2,12 +2,13 @@
 //!
 //! Lock requests fail with [`conclave_lock_api::LockError`] (re-exported as
 //! [`crate::LockError`]), explicit unlocks with [`conclave_lock_api::UnlockError`]; invalid
-//! lock names with [`conclave_lock_api::LockNameError`].
+//! lock names with [`conclave_lock_api::LockNameError`]; opening a named lock service with
+//! [`ServiceError`].
 
 use std::time::Duration;
 
 use conclave_lock_api::seal::{KeyError, Rejection};
-use conclave_lock_api::MemberNameError;
+use conclave_lock_api::{LockError, LockNameError, MemberNameError};
 use conclave_protocol::gms::GmsConfigError;
 use conclave_protocol::locking::LockConfigError;
 use conclave_protocol::reliable::ConfigError;
@@ -66,4 +67,35 @@ fn authentication_message(r: &Rejection) -> String {
         r.peer,
         key(r.theirs)
     )
+}
+
+/// [`crate::Node::lock_service`] failed; no service was opened.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The service name is empty or longer than
+    /// [`ServiceName::MAX_LEN`](conclave_lock_api::ServiceName::MAX_LEN) bytes.
+    #[error("invalid lock service name: {0}")]
+    InvalidName(#[from] LockNameError),
+    /// The node runs the most named services it may already
+    /// ([`MAX_SERVICES`](conclave_protocol::MAX_SERVICES), 256, counting those other members
+    /// opened), or its backend runs no named services.
+    #[error("too many lock services on this node")]
+    TooManyServices,
+    /// The node has shut down.
+    #[error("the node has shut down")]
+    Shutdown,
+    /// The backend refused for another reason (a backend of another crate).
+    #[error("the backend refused the lock service: {0}")]
+    Refused(LockError),
+}
+
+impl From<LockError> for ServiceError {
+    fn from(error: LockError) -> Self {
+        match error {
+            LockError::TooManyServices => Self::TooManyServices,
+            LockError::Shutdown => Self::Shutdown,
+            other => Self::Refused(other),
+        }
+    }
 }

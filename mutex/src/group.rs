@@ -4,25 +4,118 @@
 //! central grantor, reconciliation, duplicate resolution) over any
 //! [`Transport`](conclave_lock_api::Transport), on one driver thread per node
 //! ([`crate::driver`]). Its state is [`Inner`] ([`crate::shared`]); this module is where the
-//! front end's calls meet it.
+//! front end's calls meet it. A [`GroupBackend`] is the node's default lock service or one of
+//! its named services: one implementation serves both, the service only choosing which
+//! [`Front`](crate::front::Front) and which of the endpoint's lock services a call concerns.
 //!
 //! A wait busy-polls for [`crate::NodeBuilder::spin_wait`] before it sleeps, and while it
 //! spins it may read the transport itself ([`crate::duty`]): `poll_grant` and
 //! `poll_released` do both, so a grant from another process reaches the waiting task without
 //! a thread hop.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use conclave_lock_api::{
     Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent,
-    LockLostReason, LockName, LockStatus, LostHandler, MemberId, RequestId, UnexpectedHandler,
-    UnlockError, View,
+    LockLostReason, LockName, LockStatus, LostHandler, MemberId, RequestId, ServiceName,
+    UnexpectedHandler, UnlockError, View,
 };
 use conclave_protocol::locking::{HoldStatus, LockRequest};
+use conclave_protocol::ServiceTransferError;
 use futures::stream::BoxStream;
 
-use crate::shared::{Command, Inner, Phase, TableQuery};
+use crate::front::Front;
+use crate::shared::{Command, Inner, Phase, Shared, TableQuery};
+
+/// A lock service of a group node as a backend: the default one, or a named one.
+pub(crate) struct GroupBackend {
+    inner: Arc<Inner>,
+    /// `None`: the default service.
+    service: Option<Service>,
+}
+
+/// Which named service a [`GroupBackend`] is, and which opening of it.
+#[derive(Debug)]
+struct Service {
+    name: ServiceName,
+    generation: u64,
+}
+
+impl fmt::Debug for GroupBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("member", &self.inner.member)
+            .field("service", &self.service.as_ref().map(|s| &s.name))
+            .finish()
+    }
+}
+
+impl Deref for GroupBackend {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl GroupBackend {
+    /// The default lock service of the node `inner`.
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        Self {
+            inner,
+            service: None,
+        }
+    }
+
+    /// The name of this backend's service (`None`: the default one).
+    fn name(&self) -> Option<&ServiceName> {
+        self.service.as_ref().map(|s| &s.name)
+    }
+
+    /// This service's front state, if it may still be used: `Err(Shutdown)` once the node
+    /// stops, `Err(ServiceDestroyed)` once this opening of a named service was destroyed.
+    fn front<'a>(&self, shared: &'a mut Shared) -> Result<&'a mut Front, LockError> {
+        if shared.phase != Phase::Running {
+            return Err(LockError::Shutdown);
+        }
+        self.own_front(shared).ok_or(LockError::ServiceDestroyed)
+    }
+
+    /// This service's front state unless this opening of a named service was destroyed,
+    /// whatever the node's phase (listeners and handlers registered while the node shuts
+    /// down are told of its losses).
+    fn own_front<'a>(&self, shared: &'a mut Shared) -> Option<&'a mut Front> {
+        match &self.service {
+            None => Some(&mut shared.front),
+            Some(service) => shared
+                .services
+                .get_mut(&service.name)
+                .filter(|front| front.is_open(service.generation)),
+        }
+    }
+
+    /// Destroys this named service on this member (see [`LockBackend::service`]).
+    fn destroy(&self, service: &Service) {
+        let effects = {
+            let mut shared = self.lock();
+            let Ok(front) = self.front(&mut shared) else {
+                return;
+            };
+            front.destroyed = true;
+            let now = self.now();
+            shared.endpoint.destroy_service(now, &service.name);
+            let effects = shared.settle(now);
+            // The losses were told; the service's event streams end here.
+            shared.front_mut(Some(&service.name)).close();
+            effects
+        };
+        self.flush(effects);
+    }
+}
 
 /// The most datagrams a spinning wait handles in one poll before it yields.
 const PUMP_LIMIT: usize = 64;
@@ -56,7 +149,7 @@ impl Inner {
     }
 }
 
-impl LockBackend for Inner {
+impl LockBackend for GroupBackend {
     fn member(&self) -> &MemberId {
         &self.member
     }
@@ -66,18 +159,19 @@ impl LockBackend for Inner {
     }
 
     fn created(&self, name: &LockName) {
-        self.lock().emit(LockEvent::Created { name: name.clone() });
+        if let Some(front) = self.own_front(&mut self.lock()) {
+            front.emit(LockEvent::Created { name: name.clone() });
+        }
     }
 
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
         let (id, effects) = {
             let mut shared = self.lock();
-            if shared.phase != Phase::Running {
-                return Err(LockError::Shutdown);
-            }
+            self.front(&mut shared)?;
             let now = self.now();
             let id = shared.register(
                 now,
+                self.name(),
                 LockRequest {
                     owner: request.owner,
                     name: request.name,
@@ -86,7 +180,7 @@ impl LockBackend for Inner {
                     timeout: request.timeout,
                     lease: request.lease,
                 },
-            );
+            )?;
             shared.start_spin(id, self.spin_deadline());
             (id, shared.settle(now))
         };
@@ -165,8 +259,7 @@ impl LockBackend for Inner {
                 (None, Ok(())) => {
                     if let Some(slot) = shared.slots.get(&request) {
                         let (name, owner) = (slot.name.clone(), slot.owner);
-                        let owner = shared.owner_id(owner);
-                        shared.emit(LockEvent::Unlocked { name, owner });
+                        shared.emit_unlocked(request, name, owner);
                     }
                     Ok(())
                 }
@@ -309,28 +402,20 @@ impl LockBackend for Inner {
     }
 
     fn serving_grantor(&self) -> Option<MemberId> {
-        let shared = self.lock();
-        if shared.phase == Phase::Running {
-            shared.serving_grantor.clone()
-        } else {
-            None
-        }
+        let mut shared = self.lock();
+        self.front(&mut shared).ok()?.serving_grantor.clone()
     }
 
     fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>> {
         let mut shared = self.lock();
-        if shared.phase != Phase::Running {
+        let Ok(front) = self.front(&mut shared) else {
             return Poll::Ready(None);
-        }
-        if let Some(grantor) = &shared.serving_grantor {
+        };
+        if let Some(grantor) = &front.serving_grantor {
             return Poll::Ready(Some(grantor.clone()));
         }
-        if !shared
-            .serving_wakers
-            .iter()
-            .any(|w| w.will_wake(cx.waker()))
-        {
-            shared.serving_wakers.push(cx.waker().clone());
+        if !front.serving_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            front.serving_wakers.push(cx.waker().clone());
         }
         Poll::Pending
     }
@@ -338,14 +423,16 @@ impl LockBackend for Inner {
     fn become_grantor(&self) -> Result<(), LockError> {
         let effects = {
             let mut shared = self.lock();
-            if shared.phase != Phase::Running {
-                return Err(LockError::Shutdown);
-            }
+            self.front(&mut shared)?;
             let now = self.now();
-            shared
-                .endpoint
-                .become_grantor(now)
-                .map_err(|_| LockError::TransferRefused)?;
+            let asked = match self.name() {
+                None => shared.endpoint.become_grantor(now).map_err(Into::into),
+                Some(name) => shared.endpoint.become_grantor_in(now, name),
+            };
+            asked.map_err(|error| match error {
+                ServiceTransferError::TooManyServices(_) => LockError::TooManyServices,
+                _ => LockError::TransferRefused,
+            })?;
             shared.settle(now)
         };
         self.flush(effects);
@@ -354,18 +441,16 @@ impl LockBackend for Inner {
 
     fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
         let mut shared = self.lock();
-        if shared.phase != Phase::Running {
-            return Poll::Ready(Err(LockError::Shutdown));
-        }
-        if shared.serving_grantor.as_ref() == Some(shared.endpoint.local()) {
+        let local = shared.endpoint.local().clone();
+        let front = match self.front(&mut shared) {
+            Ok(front) => front,
+            Err(error) => return Poll::Ready(Err(error)),
+        };
+        if front.serving_grantor.as_ref() == Some(&local) {
             return Poll::Ready(Ok(()));
         }
-        if !shared
-            .grantor_wakers
-            .iter()
-            .any(|w| w.will_wake(cx.waker()))
-        {
-            shared.grantor_wakers.push(cx.waker().clone());
+        if !front.grantor_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            front.grantor_wakers.push(cx.waker().clone());
         }
         Poll::Pending
     }
@@ -373,16 +458,24 @@ impl LockBackend for Inner {
     fn request_table(&self) -> Result<u64, LockError> {
         let (query, effects) = {
             let mut shared = self.lock();
-            if shared.phase != Phase::Running {
-                return Err(LockError::Shutdown);
-            }
+            self.front(&mut shared)?;
             let now = self.now();
             // Registered before the endpoint can answer (it answers at once when this member
             // is the grantor).
-            let query = shared.endpoint.locks().next_query();
+            let locks = match self.name() {
+                None => Some(shared.endpoint.locks()),
+                Some(name) => shared.endpoint.service(name),
+            };
+            let query = locks.ok_or(LockError::TooManyServices)?.next_query();
             shared.tables.insert(query, TableQuery::default());
-            let asked = shared.endpoint.query_table(now);
-            debug_assert_eq!(asked, query);
+            let asked = match self.name() {
+                None => Ok(shared.endpoint.query_table(now)),
+                Some(name) => shared.endpoint.query_table_in(now, name),
+            };
+            if asked != Ok(query) {
+                shared.tables.remove(&query);
+                return Err(LockError::TooManyServices);
+            }
             (query, shared.settle(now))
         };
         self.flush(effects);
@@ -417,23 +510,38 @@ impl LockBackend for Inner {
     }
 
     fn events(&self) -> BoxStream<'static, LockEvent> {
-        Box::pin(self.lock().subscribe_events())
+        let mut shared = self.lock();
+        let closed = shared.phase == Phase::Closed;
+        let events = match self.own_front(&mut shared) {
+            Some(front) if !closed => front.subscribe(false),
+            _ => Front::default().subscribe(true),
+        };
+        Box::pin(events)
     }
 
     fn on_lock_lost(&self, handler: LostHandler) {
-        self.lock().handlers.push(handler);
+        if let Some(front) = self.own_front(&mut self.lock()) {
+            front.handlers.push(handler);
+        }
     }
 
     fn on_unexpected_lock(&self, handler: UnexpectedHandler) {
-        self.lock().unexpected_handlers.push(handler);
+        if let Some(front) = self.own_front(&mut self.lock()) {
+            front.unexpected_handlers.push(handler);
+        }
     }
 
     fn holds(&self) -> Vec<HeldLock> {
-        let shared = self.lock();
+        let mut shared = self.lock();
+        if self.own_front(&mut shared).is_none() {
+            return Vec::new();
+        }
         let now = self.now();
-        shared
-            .endpoint
-            .holds(now)
+        let holds = match self.name() {
+            None => shared.endpoint.holds(now),
+            Some(name) => shared.endpoint.service_holds(now, name),
+        };
+        holds
             .into_iter()
             .map(|h| {
                 let status = match h.status {
@@ -447,14 +555,46 @@ impl LockBackend for Inner {
     }
 
     fn pending_requests(&self) -> usize {
-        self.lock().endpoint.locks().pending_requests().len()
+        let mut shared = self.lock();
+        if self.own_front(&mut shared).is_none() {
+            return 0;
+        }
+        let locks = match self.name() {
+            None => Some(shared.endpoint.locks()),
+            Some(name) => shared.endpoint.service(name),
+        };
+        locks.map_or(0, |l| l.pending_requests().len())
     }
 
     fn shutdown(&self) {
-        self.command(Command::Shutdown);
+        match &self.service {
+            None => self.command(Command::Shutdown),
+            Some(service) => self.destroy(service),
+        }
     }
 
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(service) = &self.service {
+            // Destroyed once this opening is over and the grantor has every release.
+            let mut shared = self.lock();
+            if shared.phase == Phase::Closed {
+                return Poll::Ready(());
+            }
+            let releasing = shared
+                .endpoint
+                .service(&service.name)
+                .map_or(0, |s| s.pending_releases());
+            let Some(front) = shared.services.get_mut(&service.name) else {
+                return Poll::Ready(());
+            };
+            if front.generation != service.generation || (front.destroyed && releasing == 0) {
+                return Poll::Ready(());
+            }
+            if !front.destroy_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                front.destroy_wakers.push(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
         {
             // Register under the state lock: the driver marks the node closed under it and
             // wakes after, so the wake-up cannot slip between check and register.
@@ -478,5 +618,33 @@ impl LockBackend for Inner {
             }
         }
         Poll::Ready(())
+    }
+
+    fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
+        let (generation, effects) = {
+            let mut shared = self.lock();
+            if shared.phase != Phase::Running {
+                return Err(LockError::Shutdown);
+            }
+            let now = self.now();
+            shared
+                .endpoint
+                .open_service(now, name)
+                .map_err(|_| LockError::TooManyServices)?;
+            let front = shared.front_mut(Some(name));
+            if front.destroyed {
+                front.reopen();
+            }
+            let generation = front.generation;
+            (generation, shared.settle(now))
+        };
+        self.flush(effects);
+        Ok(Arc::new(GroupBackend {
+            inner: self.inner.clone(),
+            service: Some(Service {
+                name: name.clone(),
+                generation,
+            }),
+        }))
     }
 }

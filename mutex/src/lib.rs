@@ -2,10 +2,10 @@
 //!
 //! A service running on many machines writes `let guard = mutex.lock().await?` and knows that
 //! no other process of the cluster holds that lock until the guard drops. This crate is the
-//! front end: [`Node`], [`DistributedMutex`], [`ReentrantLock`], [`RwLock`], their guards, and
-//! the driver that runs [`conclave_protocol`] over a membership backend ([`api::Transport`]):
-//! the in-memory [`memory`] transport, always available, `udp` (feature `udp-multicast`, the
-//! default) or `tcp` (feature `tcp-mesh`).
+//! front end: [`Node`] and its named lock services ([`LockService`]), [`DistributedMutex`],
+//! [`ReentrantLock`], [`RwLock`], their guards, and the driver that runs [`conclave_protocol`]
+//! over a membership backend ([`api::Transport`]): the in-memory [`memory`] transport, always
+//! available, `udp` (feature `udp-multicast`, the default) or `tcp` (feature `tcp-mesh`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -92,8 +92,10 @@ mod durable;
 mod duty;
 mod error;
 pub mod faults;
+mod front;
 pub mod futures;
 mod group;
+mod handles;
 mod hold;
 pub mod local;
 pub mod memory;
@@ -101,6 +103,7 @@ mod mutex;
 mod node;
 mod reentrant;
 mod rwlock;
+mod service;
 mod shared;
 
 /// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
@@ -122,7 +125,7 @@ pub use conclave_lock_api as api;
 pub use conclave_lock_api::seal;
 pub use conclave_lock_api::{
     FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
-    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId,
+    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId, ServiceName,
     UnexpectedGrant, UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
@@ -137,11 +140,12 @@ pub use conclave_udp as udp;
 /// keep one connection per pair; for networks without multicast. See [`tcp::TcpMesh`].
 #[cfg(feature = "tcp-mesh")]
 pub use conclave_tcp as tcp;
-pub use error::NodeError;
+pub use error::{NodeError, ServiceError};
 pub use mutex::{DistributedMutex, MutexGuard};
 pub use node::{LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAULT_SPIN_WAIT};
 pub use reentrant::{ReentrantGuard, ReentrantLock};
 pub use rwlock::{RwLock, RwLockGuard};
+pub use service::LockService;
 
 // The futures by their earlier paths, for code written before the `futures` module.
 #[doc(hidden)]

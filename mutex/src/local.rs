@@ -6,7 +6,8 @@
 //! tokens that strictly increase per lock, `Waiting` events only for requests queued behind
 //! another owner, timeouts kept by the backend, cancel safety (a dropped request is withdrawn,
 //! a grant that raced it released), and holds lost with [`LockLostReason::Shutdown`] when the
-//! node shuts down. Holds are never suspended: nothing can cut this member off.
+//! node shuts down. Holds are never suspended: nothing can cut this member off. Each named
+//! lock service ([`LockBackend::service`]) is another such table, of its own.
 //!
 //! It is what [`crate::Node::local`] runs on: code that takes Conclave locks can be unit-tested
 //! without a cluster, and behaves the same on one.
@@ -37,7 +38,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -47,21 +49,30 @@ use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, TABLE_LOCKS_M
 use conclave_lock_api::{
     Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
     LockLostReason, LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId,
-    UnexpectedHandler, UnlockError, View,
+    ServiceName, UnexpectedHandler, UnlockError, View,
 };
 use futures::stream::BoxStream;
+
+use self::services::LocalNode;
+
+mod services;
 
 /// The lock table of one process: see the [module documentation](self).
 pub struct LocalBackend {
     member: MemberId,
     view: View,
     state: Mutex<State>,
+    /// What the node's default service and its named services share.
+    node: Arc<LocalNode>,
+    /// `None`: the node's default service.
+    service: Option<ServiceName>,
 }
 
 impl fmt::Debug for LocalBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalBackend")
             .field("member", &self.member)
+            .field("service", &self.service)
             .finish_non_exhaustive()
     }
 }
@@ -129,10 +140,11 @@ impl Entry {
 #[derive(Default)]
 struct State {
     closed: bool,
+    /// Closed because the named service was destroyed (the node still runs).
+    destroyed: bool,
     /// The last fencing token issued, for any lock: tokens increase per lock because they
     /// increase overall.
     last_token: u64,
-    next_owner: u64,
     next_request: u64,
     next_query: u64,
     locks: BTreeMap<LockName, Entry>,
@@ -151,6 +163,8 @@ impl LocalBackend {
             member,
             view,
             state: Mutex::new(State::default()),
+            node: Arc::default(),
+            service: None,
         }
     }
 
@@ -180,6 +194,24 @@ impl LocalBackend {
 }
 
 impl State {
+    /// Why requests fail once closed.
+    fn refusal(&self) -> LockError {
+        if self.destroyed {
+            LockError::ServiceDestroyed
+        } else {
+            LockError::Shutdown
+        }
+    }
+
+    /// `Err` with [`State::refusal`] once closed.
+    fn open(&self) -> Result<(), LockError> {
+        if self.closed {
+            Err(self.refusal())
+        } else {
+            Ok(())
+        }
+    }
+
     fn emit(&mut self, event: LockEvent) {
         self.events.retain(|s| s.try_send(event.clone()).is_ok());
     }
@@ -330,9 +362,7 @@ impl LockBackend for LocalBackend {
     }
 
     fn new_owner(&self) -> u64 {
-        let mut state = self.lock();
-        state.next_owner += 1;
-        state.next_owner
+        self.node.next_owner.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     fn created(&self, name: &LockName) {
@@ -342,9 +372,7 @@ impl LockBackend for LocalBackend {
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
         self.expire_leases();
         let mut state = self.lock();
-        if state.closed {
-            return Err(LockError::Shutdown);
-        }
+        state.open()?;
         state.next_request += 1;
         let id = RequestId(state.next_request);
         let now = Instant::now();
@@ -554,7 +582,12 @@ impl LockBackend for LocalBackend {
     }
 
     fn view(&self) -> Option<View> {
-        (!self.lock().closed).then(|| self.view.clone())
+        // A destroyed service still shows the node's view.
+        let shown = {
+            let state = self.lock();
+            !state.closed || state.destroyed
+        };
+        (shown && !self.node.is_closed()).then(|| self.view.clone())
     }
 
     fn serving_grantor(&self) -> Option<MemberId> {
@@ -566,25 +599,16 @@ impl LockBackend for LocalBackend {
     }
 
     fn become_grantor(&self) -> Result<(), LockError> {
-        if self.lock().closed {
-            return Err(LockError::Shutdown);
-        }
-        Ok(())
+        self.lock().open()
     }
 
     fn poll_is_grantor(&self, _cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
-        Poll::Ready(if self.lock().closed {
-            Err(LockError::Shutdown)
-        } else {
-            Ok(())
-        })
+        Poll::Ready(self.lock().open())
     }
 
     fn request_table(&self) -> Result<u64, LockError> {
         let mut state = self.lock();
-        if state.closed {
-            return Err(LockError::Shutdown);
-        }
+        state.open()?;
         state.next_query += 1;
         Ok(state.next_query)
     }
@@ -598,8 +622,8 @@ impl LockBackend for LocalBackend {
         self.expire_leases();
         let now = Instant::now();
         let state = self.lock();
-        if state.closed {
-            return Poll::Ready(Err(LockError::Shutdown));
+        if let Err(error) = state.open() {
+            return Poll::Ready(Err(error));
         }
         let holder = |r: &RequestId| state.requests.get(r);
         let locks = state
@@ -712,52 +736,10 @@ impl LockBackend for LocalBackend {
     }
 
     fn shutdown(&self) {
-        let (handlers, lost) = {
-            let mut state = self.lock();
-            if state.closed {
-                return;
-            }
-            state.closed = true;
-            let mut lost = Vec::new();
-            let mut events = Vec::new();
-            for record in state.requests.values_mut() {
-                match record.stage {
-                    Stage::Held(token) => {
-                        record.stage = Stage::Lost(LockLostReason::Shutdown);
-                        let owner = self.owner_id(record.owner);
-                        events.push(LockEvent::Lost {
-                            name: record.name.clone(),
-                            owner: owner.clone(),
-                            reason: LockLostReason::Shutdown,
-                        });
-                        lost.push(LockLost::new(
-                            record.name.clone(),
-                            owner,
-                            token,
-                            LockLostReason::Shutdown,
-                        ));
-                    }
-                    Stage::Queued => record.stage = Stage::Refused(LockError::Shutdown),
-                    _ => {}
-                }
-                record.timer = None;
-                record.wake();
-            }
-            for event in events {
-                state.emit(event);
-            }
-            for entry in state.locks.values_mut() {
-                entry.holders.clear();
-                entry.queue.clear();
-            }
-            state.events.clear();
-            state.views.clear();
-            for waker in state.closed_wakers.drain(..) {
-                waker.wake();
-            }
-            (state.handlers.clone(), lost)
-        };
-        call_handlers(&handlers, &lost);
+        match self.service {
+            None => self.shut_node_down(),
+            Some(_) => self.close(LockLostReason::ServiceDestroyed),
+        }
     }
 
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -770,6 +752,10 @@ impl LockBackend for LocalBackend {
             }
             Poll::Pending
         }
+    }
+
+    fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
+        Ok(self.open_service(name)?)
     }
 }
 

@@ -13,8 +13,8 @@ use async_io::Timer;
 use conclave_lock_api::seal::{ClusterKey, Keyring, SealStats, SealedTransport, Sealer};
 use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::{
-    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockName, LockNameError,
-    MemberId, MemberNameError, Transport, UnexpectedLock, View,
+    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockNameError, MemberId,
+    MemberNameError, ServiceName, Transport, UnexpectedLock, View,
 };
 use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
 use conclave_protocol::{Endpoint, EndpointConfig};
@@ -25,12 +25,15 @@ use tracing::debug;
 
 use crate::driver;
 use crate::durable::TermFile;
-use crate::error::NodeError;
+use crate::error::{NodeError, ServiceError};
+use crate::group::GroupBackend;
+use crate::handles;
 use crate::hold::Backend;
 use crate::local::LocalBackend;
 use crate::mutex::DistributedMutex;
 use crate::reentrant::ReentrantLock;
 use crate::rwlock::RwLock;
+use crate::service::LockService;
 use crate::shared::{Inner, Phase};
 
 /// How long [`NodeBuilder::join`] waits for the first view unless told otherwise.
@@ -317,7 +320,7 @@ impl NodeBuilder {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(thread);
         // Dropped on every early return below: the node shuts down again.
         let node = Node {
-            backend: inner.clone(),
+            backend: Arc::new(GroupBackend::new(inner.clone())),
             sealer: Some(sealer.clone()),
         };
         let mut timer = Timer::after(self.join_timeout);
@@ -567,7 +570,7 @@ impl Node {
     /// # }
     /// ```
     pub async fn wait_until_serving(&self) -> Option<MemberId> {
-        std::future::poll_fn(|cx| self.backend.poll_serving_grantor(cx)).await
+        handles::wait_until_serving(&self.backend).await
     }
 
     /// Makes this member the grantor of its view (Geode's `becomeLockGrantor`): the grantor
@@ -615,8 +618,7 @@ impl Node {
     /// # }
     /// ```
     pub async fn become_grantor(&self) -> Result<(), crate::LockError> {
-        self.backend.become_grantor()?;
-        std::future::poll_fn(|cx| self.backend.poll_is_grantor(cx)).await
+        handles::become_grantor(&self.backend).await
     }
 
     /// The grantor's lock table, asked of the grantor from this member (any member can ask):
@@ -659,33 +661,24 @@ impl Node {
     /// # }
     /// ```
     pub async fn lock_table(&self) -> Result<GrantorTable, LockError> {
-        /// Forgets the query if the future is dropped before the answer.
-        struct Asked<'a>(&'a dyn LockBackend, u64);
-        impl Drop for Asked<'_> {
-            fn drop(&mut self) {
-                self.0.cancel_table(self.1);
-            }
-        }
-        let query = self.backend.request_table()?;
-        let _asked = Asked(&*self.backend, query);
-        std::future::poll_fn(|cx| self.backend.poll_table(query, cx)).await
+        handles::lock_table(&self.backend).await
     }
 
     /// A stream of the lock events of this member (handles created, owners waiting, locks
-    /// granted, released and lost). It ends when the node stops. Events are buffered without
-    /// bound: keep reading, or drop the stream.
+    /// granted, released and lost, the grantor changing) in its default lock service (each
+    /// named service has its own: [`LockService::lock_events`]). It ends when the node stops.
+    /// Events are buffered without bound: keep reading, or drop the stream.
     pub fn lock_events(&self) -> LockEvents {
-        LockEvents {
-            stream: self.backend.events(),
-        }
+        handles::lock_events(&self.backend)
     }
 
     /// Registers an unexpected-status handler: it is called, on whichever thread noticed, each
     /// time a lock held on this node is lost without its owner releasing it (duplicate after a
-    /// merge, minority, lease expiry, expelled, node shut down). Keep it short and do not call
-    /// back into the node from it.
+    /// merge, minority, lease expiry, expelled, node shut down), in the default lock service
+    /// (named services have their own: [`LockService::on_lock_lost`]). Keep it short and do
+    /// not call back into the node from it.
     pub fn on_lock_lost(&self, handler: impl Fn(&LockLost) + Send + Sync + 'static) {
-        self.backend.on_lock_lost(Arc::new(handler));
+        handles::on_lock_lost(&self.backend, handler);
     }
 
     /// Registers an unexpected-status handler for grants: it is called, on whichever thread
@@ -697,34 +690,32 @@ impl Node {
     /// still waits): nobody holds anything because of it. Each grant is reported once. Keep it
     /// short and do not call back into the node from it.
     pub fn on_unexpected_lock(&self, handler: impl Fn(&UnexpectedLock) + Send + Sync + 'static) {
-        self.backend.on_unexpected_lock(Arc::new(handler));
+        handles::on_unexpected_lock(&self.backend, handler);
     }
 
     /// A distributed mutex for `name`. Each [`DistributedMutex::lock`] call is its own owner.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
+    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
     pub fn mutex(&self, name: impl Into<String>) -> Result<DistributedMutex, LockNameError> {
-        Ok(DistributedMutex::new(
-            self.backend.clone(),
-            self.created(name)?,
-        ))
+        handles::mutex(&self.backend, name)
     }
 
     /// A distributed reader-writer lock for `name`.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
+    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
     pub fn rw_lock(&self, name: impl Into<String>) -> Result<RwLock, LockNameError> {
-        Ok(RwLock::new(self.backend.clone(), self.created(name)?))
+        handles::rw_lock(&self.backend, name)
     }
 
-    /// The locks held on this node now, by any owner, as the backend records them.
+    /// The locks of the default lock service held on this node now, by any owner, as the
+    /// backend records them (a named service's: [`LockService::held_locks`]).
     pub fn held_locks(&self) -> Vec<HeldLock> {
         self.backend.holds()
     }
 
-    /// How many lock requests of this node wait for an answer.
+    /// How many lock requests of this node in the default lock service wait for an answer.
     pub fn pending_requests(&self) -> usize {
         self.backend.pending_requests()
     }
@@ -733,17 +724,55 @@ impl Node {
     /// again while holding. Each call makes a new owner.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`] bytes.
+    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
     pub fn reentrant_lock(&self, name: impl Into<String>) -> Result<ReentrantLock, LockNameError> {
-        let name = self.created(name)?;
-        let owner = self.backend.new_owner();
-        Ok(ReentrantLock::new(self.backend.clone(), name, owner))
+        handles::reentrant_lock(&self.backend, name)
     }
 
-    fn created(&self, name: impl Into<String>) -> Result<LockName, LockNameError> {
-        let name = LockName::new(name)?;
-        self.backend.created(&name);
-        Ok(name)
+    /// The named lock service `name` of this node (Geode's named `DistributedLockService`),
+    /// opened if it is not: an independent namespace of locks next to the node's default one
+    /// (the same lock name in two services is two locks), with its own grantor (the view's
+    /// coordinator unless transferred, transferred on its own with
+    /// [`LockService::become_grantor`]), its own reconciliation, lock table, events and
+    /// handlers. Every member takes part in a service once any member uses it. Calling this
+    /// again with the same name gives the same service, until it is destroyed
+    /// ([`LockService::destroy`]); after that, a fresh one.
+    ///
+    /// ```
+    /// use conclave::{LockError, LockLostReason, Node};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// smol::block_on(async {
+    ///     let node = Node::local("shop")?;
+    ///     let billing = node.lock_service("billing")?;
+    ///     let shipping = node.lock_service("shipping")?;
+    ///     let guard = billing.mutex("order-7")?.lock().await?;
+    ///     // Another namespace: the same name is another lock.
+    ///     let elsewhere = shipping.mutex("order-7")?.try_lock().await?;
+    ///     let again = billing.mutex("order-7")?;
+    ///     assert!(matches!(again.try_lock().await, Err(LockError::WouldBlock)));
+    ///     // Destroying a service releases its locks; its handles refuse new requests.
+    ///     billing.destroy().await;
+    ///     assert_eq!(guard.lost().await, LockLostReason::ServiceDestroyed);
+    ///     assert!(matches!(again.try_lock().await, Err(LockError::ServiceDestroyed)));
+    ///     elsewhere.unlock().await?;
+    ///     node.leave().await;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ServiceError::InvalidName`] if the name is empty or longer than
+    /// [`ServiceName::MAX_LEN`](crate::ServiceName::MAX_LEN) bytes;
+    /// [`ServiceError::TooManyServices`] if the node runs
+    /// [`MAX_SERVICES`](conclave_protocol::MAX_SERVICES) named services already (those other
+    /// members opened count too), or runs on a backend without named services;
+    /// [`ServiceError::Shutdown`] if the node has stopped.
+    pub fn lock_service(&self, name: impl Into<String>) -> Result<LockService, ServiceError> {
+        let name = ServiceName::new(name)?;
+        let backend = self.backend.service(&name)?;
+        Ok(LockService::new(name, backend))
     }
 
     /// Leaves the cluster: releases this node's locks, fails its pending requests, leaves the
@@ -787,9 +816,15 @@ impl Stream for Views {
     }
 }
 
-/// A stream of lock events; see [`Node::lock_events`].
+/// A stream of lock events; see [`Node::lock_events`] and [`crate::LockService::lock_events`].
 pub struct LockEvents {
     stream: BoxStream<'static, LockEvent>,
+}
+
+impl LockEvents {
+    pub(crate) fn new(stream: BoxStream<'static, LockEvent>) -> Self {
+        Self { stream }
+    }
 }
 
 impl fmt::Debug for LockEvents {

@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 use async_channel::Sender;
 use conclave_lock_api::{
     FencingToken, GrantorTable, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName,
-    LostHandler, MemberId, OwnerId, RequestId, Transport, UnexpectedGrant, UnexpectedHandler,
-    UnexpectedLock, View,
+    LostHandler, MemberId, OwnerId, RequestId, ServiceName, Transport, UnexpectedGrant,
+    UnexpectedHandler, UnexpectedLock, View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
@@ -28,6 +28,7 @@ use tracing::{debug, warn};
 use crate::contention::Contention;
 use crate::durable::TermFile;
 use crate::duty::ReceiveDuty;
+use crate::front::Front;
 
 /// What the driver thread is asked to do.
 pub(crate) enum Command {
@@ -291,19 +292,14 @@ pub(crate) struct Shared {
     /// The deadline the driver's timer is armed for.
     pub(crate) armed: Option<Instant>,
     view_subscribers: Vec<Sender<View>>,
-    event_subscribers: Vec<Sender<LockEvent>>,
-    pub(crate) handlers: Vec<LostHandler>,
-    pub(crate) unexpected_handlers: Vec<UnexpectedHandler>,
+    /// The default lock service's listeners, handlers and serving grantor.
+    pub(crate) front: Front,
+    /// The same for each named lock service this member opened or heard of.
+    pub(crate) services: BTreeMap<ServiceName, Front>,
     /// The unexpected grants reported lately, so that resent copies are reported once.
     reported: std::collections::VecDeque<(RequestId, FencingToken)>,
     /// Woken when the driver has stopped.
     pub(crate) closed_wakers: Vec<Waker>,
-    /// The grantor known to serve ([`LockNotice::GrantorServing`]).
-    pub(crate) serving_grantor: Option<MemberId>,
-    /// Woken when a serving grantor becomes known, and when the driver stops.
-    pub(crate) serving_wakers: Vec<Waker>,
-    /// Woken whenever the serving grantor changes (`become_grantor` waits on it).
-    pub(crate) grantor_wakers: Vec<Waker>,
     /// Table queries: the answer once it came, and who waits for it.
     pub(crate) tables: BTreeMap<u64, TableQuery>,
     /// The data directory's promised-term file, if the node has one.
@@ -324,14 +320,10 @@ impl Shared {
             next_owner: 1,
             armed: None,
             view_subscribers: Vec::new(),
-            event_subscribers: Vec::new(),
-            handlers: Vec::new(),
-            unexpected_handlers: Vec::new(),
+            front: Front::default(),
+            services: BTreeMap::new(),
             reported: std::collections::VecDeque::new(),
             closed_wakers: Vec::new(),
-            serving_grantor: None,
-            serving_wakers: Vec::new(),
-            grantor_wakers: Vec::new(),
             durable: None,
             unsaved: None,
             tables: BTreeMap::new(),
@@ -353,20 +345,22 @@ impl Shared {
         }
     }
 
-    /// Registers a lock request in the endpoint and in the table of waiters.
+    /// Registers a lock request in the endpoint (in the named service `service`, or the
+    /// default one) and in the table of waiters.
     pub(crate) fn register(
         &mut self,
         now: Instant,
+        service: Option<&ServiceName>,
         request: conclave_protocol::locking::LockRequest,
-    ) -> RequestId {
-        let (name, owner, mode, wait) = (
-            request.name.clone(),
-            request.owner,
-            request.mode,
-            request.wait,
-        );
-        let _ = wait;
-        let id = self.endpoint.lock(now, request);
+    ) -> Result<RequestId, LockError> {
+        let (name, owner, mode) = (request.name.clone(), request.owner, request.mode);
+        let id = match service {
+            None => self.endpoint.lock(now, request),
+            Some(service) => self
+                .endpoint
+                .lock_in(now, service, request)
+                .map_err(|_| LockError::TooManyServices)?,
+        };
         self.slots.insert(
             id,
             Slot {
@@ -382,7 +376,7 @@ impl Shared {
                 queued: false,
             },
         );
-        id
+        Ok(id)
     }
 
     /// Starts the spin of `request`'s wait, until `until`, unless its lock is contended here
@@ -412,17 +406,31 @@ impl Shared {
 
     fn release_held(&mut self, now: Instant, request: RequestId, slot: &Slot) {
         if self.endpoint.unlock(now, request).is_ok() {
-            self.emit(LockEvent::Unlocked {
-                name: slot.name.clone(),
-                owner: self.owner_id(slot.owner),
-            });
+            self.emit_unlocked(request, slot.name.clone(), slot.owner);
         }
     }
 
-    /// Emits a lock event to every listener.
-    pub(crate) fn emit(&mut self, event: LockEvent) {
-        self.event_subscribers
-            .retain(|s| s.try_send(event.clone()).is_ok());
+    /// Emits `Unlocked` for the release of `request` to its service's listeners.
+    pub(crate) fn emit_unlocked(&mut self, request: RequestId, name: LockName, owner: u64) {
+        let service = self.endpoint.service_of(request.0).cloned();
+        let owner = self.owner_id(owner);
+        self.front_mut(service.as_ref())
+            .emit(LockEvent::Unlocked { name, owner });
+    }
+
+    /// The front state of the named service `service`, or of the default one (made for a
+    /// named service heard of for the first time).
+    pub(crate) fn front_mut(&mut self, service: Option<&ServiceName>) -> &mut Front {
+        match service {
+            None => &mut self.front,
+            Some(name) => {
+                let endpoint = &self.endpoint;
+                self.services.entry(name.clone()).or_insert_with(|| {
+                    let locks = endpoint.service(name);
+                    Front::serving(locks.and_then(|s| s.serving_grantor().cloned()))
+                })
+            }
+        }
     }
 
     pub(crate) fn subscribe_views(&mut self) -> async_channel::Receiver<View> {
@@ -432,14 +440,6 @@ impl Shared {
         }
         if self.phase != Phase::Closed {
             self.view_subscribers.push(sender);
-        }
-        receiver
-    }
-
-    pub(crate) fn subscribe_events(&mut self) -> async_channel::Receiver<LockEvent> {
-        let (sender, receiver) = async_channel::unbounded();
-        if self.phase != Phase::Closed {
-            self.event_subscribers.push(sender);
         }
         receiver
     }
@@ -461,9 +461,16 @@ impl Shared {
                     debug!(member = %self.endpoint.local(), "left the cluster");
                     effects.node_changed = true;
                 }
-                EndpointEvent::Lock(notice) => self.handle_notice(now, notice, &mut effects),
-                // Named services are not offered by this front end yet.
-                EndpointEvent::ServiceLock { .. } => {}
+                EndpointEvent::Lock(notice) => {
+                    self.handle_notice(now, None, notice, &mut effects);
+                }
+                EndpointEvent::ServiceLock { service, notice } => {
+                    self.handle_notice(now, Some(&service), notice, &mut effects);
+                    let front = self.front_mut(Some(&service));
+                    if front.destroyed {
+                        front.wake_destroy();
+                    }
+                }
             }
         }
         if self.persist_promises() {
@@ -506,7 +513,14 @@ impl Shared {
         }
     }
 
-    fn handle_notice(&mut self, now: Instant, notice: LockNotice, effects: &mut Effects) {
+    /// Acts on a notice of the named service `service` (`None`: the default one).
+    fn handle_notice(
+        &mut self,
+        now: Instant,
+        service: Option<&ServiceName>,
+        notice: LockNotice,
+        effects: &mut Effects,
+    ) {
         match notice {
             LockNotice::Granted {
                 request,
@@ -522,7 +536,7 @@ impl Shared {
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);
-                    self.emit(LockEvent::Locked {
+                    self.front_mut(service).emit(LockEvent::Locked {
                         name,
                         owner,
                         mode,
@@ -536,7 +550,7 @@ impl Shared {
                     let owner = Some(self.owner_id(owner));
                     let report =
                         UnexpectedLock::new(name, owner, token, UnexpectedGrant::Withdrawn);
-                    self.unexpected(request, report, effects);
+                    self.unexpected(service, request, report, effects);
                 }
             },
             LockNotice::Queued {
@@ -549,9 +563,10 @@ impl Shared {
                     slot.spin_until = None;
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
                     self.contention.queued(&name);
-                    self.emit(LockEvent::Waiting {
+                    let owner = self.owner_id(owner);
+                    self.front_mut(service).emit(LockEvent::Waiting {
                         name,
-                        owner: self.owner_id(owner),
+                        owner,
                         mode,
                         position,
                     });
@@ -587,19 +602,8 @@ impl Shared {
                 }
             }
             LockNotice::GrantorServing { grantor } => {
-                debug!(member = %self.endpoint.local(), ?grantor, "serving grantor");
-                if grantor.is_some() {
-                    for waker in self.serving_wakers.drain(..) {
-                        waker.wake();
-                    }
-                }
-                for waker in self.grantor_wakers.drain(..) {
-                    waker.wake();
-                }
-                self.emit(LockEvent::GrantorChanged {
-                    grantor: grantor.clone(),
-                });
-                self.serving_grantor = grantor;
+                debug!(member = %self.endpoint.local(), ?service, ?grantor, "serving grantor");
+                self.front_mut(service).grantor_changed(grantor);
             }
             LockNotice::Unexpected {
                 request,
@@ -611,7 +615,7 @@ impl Shared {
                 debug!(member = %self.endpoint.local(), lock = %name, %reason, "unexpected grant, resolved");
                 let owner = owner.map(|o| self.owner_id(o));
                 let report = UnexpectedLock::new(name, owner, token, reason);
-                self.unexpected(request, report, effects);
+                self.unexpected(service, request, report, effects);
             }
             LockNotice::Lost {
                 request,
@@ -625,13 +629,23 @@ impl Shared {
                     slot.lost = Some(reason);
                     slot.wake();
                 }
-                self.lost(name, owner, token, reason, effects);
+                self.lost(
+                    service,
+                    LockLost::new(name, self.owner_id(owner), token, reason),
+                    effects,
+                );
             }
         }
     }
 
     /// Reports an unexpected grant to the handlers, once per grant.
-    fn unexpected(&mut self, request: RequestId, report: UnexpectedLock, effects: &mut Effects) {
+    fn unexpected(
+        &mut self,
+        service: Option<&ServiceName>,
+        request: RequestId,
+        report: UnexpectedLock,
+        effects: &mut Effects,
+    ) {
         /// How many reported grants are remembered to drop their resent copies.
         const REMEMBERED: usize = 256;
         let key = (request, report.token);
@@ -643,30 +657,25 @@ impl Shared {
         }
         self.reported.push_back(key);
         effects.unexpected.extend(
-            self.unexpected_handlers
+            self.front_mut(service)
+                .unexpected_handlers
                 .iter()
                 .map(|h| (h.clone(), report.clone())),
         );
     }
 
-    fn lost(
-        &mut self,
-        name: LockName,
-        owner: u64,
-        token: FencingToken,
-        reason: LockLostReason,
-        effects: &mut Effects,
-    ) {
-        let owner = self.owner_id(owner);
-        self.emit(LockEvent::Lost {
-            name: name.clone(),
-            owner: owner.clone(),
-            reason,
+    /// Reports a lost hold of the named service `service` (or the default one) to its
+    /// listeners and handlers.
+    fn lost(&mut self, service: Option<&ServiceName>, event: LockLost, effects: &mut Effects) {
+        let front = self.front_mut(service);
+        front.emit(LockEvent::Lost {
+            name: event.name.clone(),
+            owner: event.owner.clone(),
+            reason: event.reason,
         });
-        let event = LockLost::new(name, owner, token, reason);
         effects
             .lost
-            .extend(self.handlers.iter().map(|h| (h.clone(), event.clone())));
+            .extend(front.handlers.iter().map(|h| (h.clone(), event.clone())));
     }
 
     /// Shutdown: the endpoint releases every held lock (reported lost to its owner and the
@@ -698,14 +707,11 @@ impl Shared {
             slot.wake();
         }
         self.view_subscribers.clear();
-        self.event_subscribers.clear();
-        self.serving_grantor = None;
-        for waker in self
-            .closed_wakers
-            .drain(..)
-            .chain(self.serving_wakers.drain(..))
-            .chain(self.grantor_wakers.drain(..))
-        {
+        for front in std::iter::once(&mut self.front).chain(self.services.values_mut()) {
+            front.serving_grantor = None;
+            front.close();
+        }
+        for waker in self.closed_wakers.drain(..) {
             waker.wake();
         }
         for query in self.tables.values_mut() {

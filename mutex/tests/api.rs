@@ -11,8 +11,9 @@ use common::{cluster, within, WAIT};
 use conclave::futures::{Lock, LockReentrant, Lost, Read, Unlock, Write};
 use conclave::memory::MemoryNetwork;
 use conclave::{
-    DistributedMutex, LockError, LockEvent, LockMode, LockNameError, LockStatus, MutexGuard, Node,
-    NodeError, ReentrantGuard, ReentrantLock, RwLock, RwLockGuard,
+    DistributedMutex, LockError, LockEvent, LockLostReason, LockMode, LockNameError, LockService,
+    LockStatus, MutexGuard, Node, NodeError, ReentrantGuard, ReentrantLock, RwLock, RwLockGuard,
+    ServiceError,
 };
 use futures::StreamExt;
 
@@ -30,12 +31,95 @@ fn public_types_are_send_and_sync() {
     send_sync::<ReentrantGuard>();
     send_sync::<NodeError>();
     send_sync::<LockError>();
+    send_sync::<LockService>();
+    send_sync::<ServiceError>();
     send::<Lock>();
     send::<Read>();
     send::<Write>();
     send::<Unlock>();
     send::<LockReentrant>();
     send::<Lost>();
+}
+
+#[test]
+fn lock_service_mistakes_are_typed_errors() {
+    smol::block_on(async {
+        for node in [
+            Node::local("services").unwrap(),
+            common::node(&MemoryNetwork::new(), "services", "a").await,
+        ] {
+            assert_eq!(
+                node.lock_service("").unwrap_err(),
+                ServiceError::InvalidName(LockNameError::Empty)
+            );
+            assert!(matches!(
+                node.lock_service("s".repeat(65)),
+                Err(ServiceError::InvalidName(LockNameError::TooLong {
+                    len: 65,
+                    max: 64
+                }))
+            ));
+            let service = node.lock_service("s".repeat(64)).unwrap();
+            assert_eq!(service.name().as_str(), "s".repeat(64));
+            let backend = node.backend().clone();
+            node.leave().await;
+            let after = Node::with_backend(backend);
+            assert_eq!(
+                after.lock_service("late").unwrap_err(),
+                ServiceError::Shutdown
+            );
+            assert!(service.is_destroyed(), "the node's shutdown closed it");
+        }
+        // The local backend has the group backend's cap.
+        let node = Node::local("many").unwrap();
+        for i in 0..conclave::protocol::MAX_SERVICES {
+            node.lock_service(format!("s{i}")).unwrap();
+        }
+        assert_eq!(
+            node.lock_service("one-more").unwrap_err(),
+            ServiceError::TooManyServices
+        );
+        assert!(
+            node.lock_service("s0").is_ok(),
+            "an open service opens again"
+        );
+        node.leave().await;
+    });
+}
+
+/// `LockService::destroy` destroys at its first poll: dropping the future then only stops
+/// waiting for the grantor's acknowledgements.
+#[test]
+fn destroy_is_done_at_the_first_poll() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let nodes = cluster(&network, "destroy", 2).await;
+        let service = nodes[1].lock_service("billing").unwrap();
+        within(WAIT, "serving", service.wait_until_serving()).await;
+        let mutex = service.mutex("a").unwrap();
+        let guard = within(WAIT, "lock", mutex.lock()).await.unwrap();
+        let mut destroy = Box::pin(service.destroy());
+        let _ = futures::poll!(destroy.as_mut());
+        drop(destroy);
+        assert_eq!(
+            within(WAIT, "lost", guard.lost()).await,
+            LockLostReason::ServiceDestroyed
+        );
+        assert_eq!(
+            within(WAIT, "try_lock", mutex.try_lock())
+                .await
+                .unwrap_err(),
+            LockError::ServiceDestroyed
+        );
+        assert_eq!(service.held_locks(), Vec::new());
+        // The release reached the grantor: the lock is free in the service at the other member.
+        let elsewhere = nodes[0].lock_service("billing").unwrap();
+        let guard = within(WAIT, "lock elsewhere", elsewhere.mutex("a").unwrap().lock()).await;
+        drop(guard.unwrap());
+        for node in nodes {
+            node.leave().await;
+        }
+    });
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{agree, cluster, within, Spawn, WAIT};
 use conclave::memory::MemoryNetwork;
-use conclave::{LockError, LockStatus};
+use conclave::{LockError, LockStatus, Node};
 
 const NODES: usize = 3;
 const TASKS_PER_NODE: usize = 4;
@@ -113,7 +113,8 @@ async fn try_lock_and_timeout(_spawn: Spawn, prefix: &'static str) {
 }
 
 /// The coordinator's traffic is cut (it looks crashed): the survivors form a view, keep the
-/// locks they hold, serve their waiters, and free the locks the dead member held.
+/// locks they hold, serve their waiters, and free the locks the dead member held, in the
+/// default lock service and in a named one alike (each service reconciles on its own).
 async fn coordinator_crash(_spawn: Spawn, prefix: &'static str) {
     {
         let network = MemoryNetwork::new();
@@ -125,33 +126,43 @@ async fn coordinator_crash(_spawn: Spawn, prefix: &'static str) {
             .unwrap();
         let victim = nodes.remove(coordinator);
         let (b, c) = (&nodes[0], &nodes[1]);
+        // The default service (`None`) and a named one.
+        let services = [None, Some("billing")];
+        let mutex = |node: &Node, service: Option<&str>, name: &str| match service {
+            None => node.mutex(name).unwrap(),
+            Some(service) => node.lock_service(service).unwrap().mutex(name).unwrap(),
+        };
 
-        let held_by_b = within(WAIT, "b locks x", b.mutex("x").unwrap().lock())
-            .await
-            .unwrap();
-        let held_by_dead = within(WAIT, "victim locks y", victim.mutex("y").unwrap().lock())
-            .await
-            .unwrap();
-        let c_x = c.mutex("x").unwrap();
-        let mut c_waits = Box::pin(c_x.lock());
-        assert!(futures::poll!(c_waits.as_mut()).is_pending());
+        let mut before = Vec::new();
+        for service in services {
+            let held_by_b = within(WAIT, "b locks x", mutex(b, service, "x").lock())
+                .await
+                .unwrap();
+            let held_by_dead = within(WAIT, "victim locks y", mutex(&victim, service, "y").lock())
+                .await
+                .unwrap();
+            let mut c_waits = Box::pin(mutex(c, service, "x").lock());
+            assert!(futures::poll!(c_waits.as_mut()).is_pending());
+            before.push((service, held_by_b, held_by_dead, c_waits));
+        }
 
         network.isolate(victim.member_id().addr());
         let survivors = agree(&[b, c]).await;
         assert!(!survivors.contains(victim.member_id()));
-        assert_ne!(held_by_b.status(), LockStatus::Lost, "b keeps its lock");
-
-        // The dead member's lock is freed once the new grantor has rebuilt its table.
-        let y = within(WAIT, "y after the crash", c.mutex("y").unwrap().lock())
-            .await
-            .unwrap();
-        assert!(y.fencing_token() > held_by_dead.fencing_token());
-        // The waiter is served when b releases.
-        drop(held_by_b);
-        let x = within(WAIT, "c's queued request for x", c_waits)
-            .await
-            .unwrap();
-        drop((x, y, held_by_dead));
+        for (service, held_by_b, held_by_dead, c_waits) in before {
+            assert_ne!(held_by_b.status(), LockStatus::Lost, "b keeps its lock");
+            // The dead member's lock is freed once the new grantor has rebuilt its table.
+            let y = within(WAIT, "y after the crash", mutex(c, service, "y").lock())
+                .await
+                .unwrap();
+            assert!(y.fencing_token() > held_by_dead.fencing_token());
+            // The waiter is served when b releases.
+            drop(held_by_b);
+            let x = within(WAIT, "c's queued request for x", c_waits)
+                .await
+                .unwrap();
+            drop((x, y, held_by_dead));
+        }
         drop(victim); // its own shutdown is bounded even with no one to talk to
         for node in nodes {
             within(WAIT, "leave", node.leave()).await;

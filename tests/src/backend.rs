@@ -16,6 +16,10 @@ use futures::StreamExt;
 
 use crate::{within, WAIT};
 
+mod services;
+
+pub use services::named_services;
+
 /// A short wait that must run out (a timeout that is expected to fire).
 const SHORT: Duration = Duration::from_millis(150);
 

@@ -3,9 +3,10 @@
 //!
 //! - [`backend`]: the scenarios of the backend seam ([`conclave::LockBackend`]) as a user meets
 //!   them through [`conclave::Node`] — exclusion, FIFO, try and timeout, cancellation,
-//!   reentrancy, read/write, fencing tokens, events, lost holds, shutdown. The test binary
-//!   `backends` runs them as `conformance::<backend>::<scenario>` against the local backend and
-//!   the group backend over memory, UDP and TCP, and over UDP and TCP with a cluster key.
+//!   reentrancy, read/write, fencing tokens, events, lost holds, shutdown, leases, grantor
+//!   transfer, named lock services. The test binary `backends` runs them as
+//!   `conformance::<backend>::<scenario>` against the local backend and the group backend over
+//!   memory, UDP and TCP, and over UDP and TCP with a cluster key.
 //! - [`fixtures`]: how each backend's members are started for a scenario.
 //! - the test binary `transport` runs one set of scenarios of the `Transport` contract against
 //!   every transport (the in-memory one, UDP multicast, the TCP mesh), as

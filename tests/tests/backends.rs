@@ -29,7 +29,7 @@ macro_rules! conformance {
                     conformance!(@scenarios $backend:
                         readiness, exclusion, fifo, try_and_timeout, cancellation, reentrancy,
                         read_write, fencing_tokens, events, inspection, lost_holds, shutdown, leases,
-                        grantor_transfer);
+                        grantor_transfer, named_services);
                 }
             )*
         }

@@ -241,6 +241,21 @@ fn messages() -> Vec<(&'static str, Message)> {
                 token,
             }),
         ),
+        (
+            "service-lock",
+            Message::Service {
+                service: conclave_lock_api::ServiceName::new("s1").expect("a valid name"),
+                message: LockMessage::Lock {
+                    request: req,
+                    name: l(),
+                    owner: owner(1, 1),
+                    mode: LockMode::Exclusive,
+                    wait: true,
+                    stamp: 1,
+                    lease_ms: None,
+                },
+            },
+        ),
     ]
 }
 

@@ -26,7 +26,9 @@ use conclave_lock_api::wire::{
     Payload, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder, TableLock,
     TableWaiter,
 };
-use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
+use conclave_lock_api::{
+    FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, ServiceName, View,
+};
 
 /// The number of peers a script names besides the endpoint.
 pub const PEERS: usize = 4;
@@ -294,7 +296,14 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 27;
+        let kind = self.u8() % 28;
+        if kind == 27 {
+            // A named service's message: the service, then a lock message of its own kind.
+            let service = self.service();
+            let inner = self.u8() % 27;
+            let message = self.lock_message(inner.max(5));
+            return Message::Service { service, message };
+        }
         if kind < 5 {
             return Message::Gms(match kind {
                 0 => GmsMessage::JoinRequest,
@@ -304,7 +313,15 @@ impl<'a> Reader<'a> {
                 _ => GmsMessage::LeaveAccepted { epoch: self.num() },
             });
         }
-        Message::Lock(match kind {
+        Message::Lock(self.lock_message(kind))
+    }
+
+    fn service(&mut self) -> ServiceName {
+        ServiceName::new(format!("s{}", self.u8() % 4)).expect("a valid service name")
+    }
+
+    fn lock_message(&mut self, kind: u8) -> LockMessage {
+        match kind {
             5 => LockMessage::Lock {
                 request: self.request(),
                 name: self.name(),
@@ -424,7 +441,7 @@ impl<'a> Reader<'a> {
                 owner: self.owner(),
                 token: self.token(),
             },
-        })
+        }
     }
 }
 
@@ -684,6 +701,14 @@ impl Writer {
                 self.num(*epoch);
             }
             Message::Lock(lock) => self.lock_message(lock),
+            Message::Service { service, message } => {
+                self.u8(27);
+                let index = (0..4u8)
+                    .find(|i| service.as_str() == format!("s{i}"))
+                    .expect("a service name s0 to s3");
+                self.u8(index);
+                self.lock_message(message);
+            }
         }
     }
 

@@ -97,7 +97,7 @@ impl Cluster {
             if done(self) {
                 return true;
             }
-            self.now = self.now + Duration::from_millis(1);
+            self.now += Duration::from_millis(1);
             let now = self.now;
             for node in &mut self.nodes {
                 if node.poll_timeout().is_some_and(|t| t <= now) {
@@ -236,8 +236,6 @@ fn destroying_a_service_refuses_its_waits_and_releases_its_holds() {
     let held = c.lock(1, Some(&billing), "x");
     assert!(c.run_until(Duration::from_secs(2), |c| c.granted(1, held)));
     let waiting = c.lock(2, Some(&billing), "x");
-    let other_wait = c.lock(1, Some(&billing), "y-held-by-2");
-    let _ = other_wait;
     // Member 2 destroys its use of billing: its wait is refused.
     let now = c.now;
     c.nodes[2].destroy_service(now, &billing);

@@ -275,6 +275,9 @@ struct Crash {
     deadline: Instant,
 }
 
+/// Whose tokens must increase: (lock service, grantor incarnation or 0, lock).
+type TokenKey = (Option<conclave_lock_api::ServiceName>, u128, LockName);
+
 #[derive(Debug)]
 struct Simulation {
     seed: u64,
@@ -288,12 +291,10 @@ struct Simulation {
     calm: bool,
     crashes: Vec<Crash>,
     fault_times: Vec<Instant>,
-    /// Last fencing token granted per (grantor incarnation, or 0 for cluster-wide, lock).
-    /// With the granting incarnation and the number of node starts at that grant.
-    last_tokens: BTreeMap<
-        (Option<conclave_lock_api::ServiceName>, u128, LockName),
-        (FencingToken, u128, u64),
-    >,
+    /// Last fencing token granted per (lock service, grantor incarnation or 0 for
+    /// cluster-wide, lock), with the granting incarnation and the number of node starts at
+    /// that grant.
+    last_tokens: BTreeMap<TokenKey, (FencingToken, u128, u64)>,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
     /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).

@@ -786,6 +786,7 @@ impl LockService {
                 self.transferred = None;
                 self.client
                     .follow(now, self.local.clone(), &mut self.outbox);
+                self.report_holds_to(now, self.local.clone(), epoch);
                 for member in view.members().iter().filter(|m| **m != self.local) {
                     let announce = LockMessage::Transferred { epoch, generation };
                     self.outbox.push_back((member.clone(), announce));
@@ -808,6 +809,7 @@ impl LockService {
                 // Also when already following it: what was sent before it served (after a
                 // "not grantor" pointed here) was dropped, so everything is sent again.
                 self.client.follow(now, from.clone(), &mut self.outbox);
+                self.report_holds_to(now, from.clone(), epoch);
                 if self.wants_grantor && self.transferred.is_some() {
                     // We handed the role to someone else since asking: the last asker won.
                     self.wants_grantor = false;
@@ -1587,6 +1589,27 @@ impl LockService {
         let table =
             (!unavailable).then(|| GrantorTable::new(from.clone(), epoch, locks, truncated));
         self.notices.push_back(LockNotice::Table { query, table });
+    }
+
+    /// Tells a grantor the role was transferred to what this member holds, as a late report
+    /// of the view `epoch`: the reconciliation of the view may have finished without this
+    /// member's report (it timed out) and its report then reached a grantor that had handed
+    /// the table over, which applies nothing (regression seed 94 of the named-services band,
+    /// harsh). The new grantor merges what it does not know through the duplicate rule, like
+    /// any late report; what it knows already is left as it is.
+    fn report_holds_to(&mut self, now: Instant, grantor: MemberId, epoch: u64) {
+        if !self.client.has_held() {
+            return;
+        }
+        if let LockMessage::LockInfoResponse { held, .. } = self.client.report(now, epoch) {
+            let report = LockMessage::LockInfoResponse {
+                epoch,
+                held,
+                pending: Vec::new(),
+                releases: Vec::new(),
+            };
+            self.outbox.push_back((grantor, report));
+        }
     }
 
     /// Answers, with `None`, every table query whose grantor is not the view's coordinator.

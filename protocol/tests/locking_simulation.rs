@@ -586,9 +586,17 @@ fn service_seeds_run_clean() {
         (MAJORITY, "Majority"),
     ] {
         let name = format!("{label}, named services");
+        // Regression seed (Available): 499 (a grant of an earlier turn, given back to its
+        // grantor after it had handed the table over, was lost there: the hold stayed in the
+        // new grantor's table).
+        let gentle_regressions: &[u64] = if policy.is_majority() { &[] } else { &[499] };
         let total = assert_clean(
             &name,
-            run_seeds(&with_services(SimConfig::locking(policy)), &[], gentle),
+            run_seeds(
+                &with_services(SimConfig::locking(policy)),
+                gentle_regressions,
+                gentle,
+            ),
         );
         let harsh_name = format!("{label}, named services (harsh)");
         // Regression seeds (Available, harsh): 94 and 132 (a member's report reached the

@@ -85,6 +85,10 @@ pub(crate) struct Client {
     held: BTreeMap<RequestId, Held>,
     releases: BTreeMap<RequestId, Release>,
     grantor: Option<MemberId>,
+    /// Every member this client followed as grantor in the current view (its coordinator,
+    /// then each member the role was transferred to): their tables went, by handoffs, to the
+    /// grantor of the latest turn.
+    turn_grantors: std::collections::BTreeSet<MemberId>,
     epoch: u64,
     /// Send stamps of recent lock requests and renewals, with when they were sent.
     stamps: VecDeque<(u64, Instant)>,
@@ -118,6 +122,7 @@ impl Client {
             held: BTreeMap::new(),
             releases: BTreeMap::new(),
             grantor: None,
+            turn_grantors: std::collections::BTreeSet::new(),
             epoch: 0,
             forget_releases: false,
             anchor_at_receipt: false,
@@ -446,6 +451,7 @@ impl Client {
     /// nothing depends on a report reaching a reconciliation in time.
     pub(crate) fn on_view(&mut self, now: Instant, view: &View, out: &mut Outbox) {
         self.epoch = view.epoch();
+        self.turn_grantors.clear();
         self.follow(now, view.coordinator().clone(), out);
     }
 
@@ -460,6 +466,7 @@ impl Client {
     /// is another grantor than before, what this member holds and waits for.
     pub(crate) fn follow(&mut self, now: Instant, grantor: MemberId, out: &mut Outbox) {
         let moved = self.grantor.as_ref() != Some(&grantor);
+        self.turn_grantors.insert(grantor.clone());
         self.grantor = Some(grantor.clone());
         let pending: Vec<(RequestId, Pending)> =
             self.pending.iter().map(|(r, p)| (*r, p.clone())).collect();
@@ -626,6 +633,26 @@ impl Client {
                     // A copy of a grant we hold, from the grantor that made it, arriving after
                     // we moved to another grantor: the hold is ours (the new grantor learns it
                     // from our report); giving it back would free it under us.
+                    return;
+                }
+                if !from_grantor && self.turn_grantors.contains(from) {
+                    // A grant of an earlier turn of this view, made before that grantor handed
+                    // its table over: the table, this grant in it, went to our grantor, and
+                    // the former grantor applies nothing now (a give-back sent there would be
+                    // lost, the hold left in our grantor's table: regression seed 499 of the
+                    // named-services band). A request still pending or cancelled is settled
+                    // with our grantor by its resend; anything else is given back there.
+                    notices.push_back(self.unexpected(
+                        request,
+                        &name,
+                        token,
+                        UnexpectedGrant::NotGrantor,
+                    ));
+                    let settled = self.pending.contains_key(&request)
+                        || self.cancelled.contains_key(&request);
+                    if let (false, Some(grantor)) = (settled, self.grantor.clone()) {
+                        out.push_back((grantor, self.give_back(request, name, token)));
+                    }
                     return;
                 }
                 if !from_grantor {

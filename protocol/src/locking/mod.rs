@@ -725,13 +725,12 @@ impl LockService {
 
     /// A transfer request, a handoff, an announcement of a transfer or a "not grantor".
     fn on_transfer(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
-        let Some(view) = self.view.clone() else {
-            return;
-        };
         if let LockMessage::Transferred { epoch, generation } = &message {
-            if *epoch > view.epoch() {
+            let installed = self.view.as_ref().map(View::epoch);
+            if installed.is_none_or(|installed| *epoch > installed) {
                 // Before its view is installed here (the new grantor may even be new to the
-                // view): applied when it is.
+                // view; this member may have no view yet, a joiner: regression seed 264 of
+                // the named-services band, harsh): applied when it is.
                 let newer = self
                     .early_transfer
                     .as_ref()
@@ -742,6 +741,9 @@ impl LockService {
                 return;
             }
         }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
         if self.config.policy.is_majority() || !view.contains(from) || from == &self.local {
             return;
         }

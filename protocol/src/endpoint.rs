@@ -400,6 +400,7 @@ impl Endpoint {
             service.lend_authority(now, authority, true);
             service.observe_epoch(now, self.gms.max_epoch_seen());
             service.handle_view(now, &view, ViewOrigin::Changed);
+            service.inherit_minority_since(&self.locks);
         }
         self.services.insert(name.clone(), service);
         self.service_names.insert(index, name.clone());

@@ -481,6 +481,15 @@ impl LockService {
         self.pump(now);
     }
 
+    /// A service opened in the member's current view takes over since when the member has
+    /// been in views without a majority (its waits are refused a lease after that, not a
+    /// lease after the service opened: regression seed 869 of the named-services band).
+    pub(crate) fn inherit_minority_since(&mut self, other: &LockService) {
+        if self.minority_since.is_some() {
+            self.minority_since = other.minority_since.or(self.minority_since);
+        }
+    }
+
     /// Whether this service grants under a term lent by the default service.
     fn borrows(&self) -> bool {
         self.borrowed.is_some() && self.config.policy.is_majority()

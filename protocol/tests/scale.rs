@@ -17,7 +17,7 @@ fn measure(members: usize) -> ScaleFigures {
 
 fn row(f: &ScaleFigures) -> String {
     format!(
-        "| {} | {} ({} distinct) | {:.0} KB | {:.0} | {:.0} | {:.0} | {} | {} | {} ms |",
+        "| {} | {} ({} distinct) | {:.0} KB | {:.0} | {:.0} | {:.0} | {} | {} ({:.1} KB) | {} ms | {} ({:.1} KB) |",
         f.members,
         f.startup_installs,
         f.startup_views_distinct,
@@ -27,7 +27,10 @@ fn row(f: &ScaleFigures) -> String {
         f.max_member_heartbeats_per_sec,
         f.lock_grant_datagrams,
         f.crash_datagrams,
+        f.crash_bytes as f64 / 1000.0,
         f.crash_agreed_after.as_millis(),
+        f.leave_datagrams,
+        f.leave_bytes as f64 / 1000.0,
     )
 }
 
@@ -37,8 +40,8 @@ fn table() {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![8, 16, 32, 64]);
-    println!("| members | views installed at startup (sum) | startup bytes | heartbeats/s (cluster) | heartbeats/s (member other than the coordinator, max) | heartbeats/s (coordinator) | lock + unlock datagrams | datagrams per coordinator crash | crash to new view |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| members | views installed at startup (sum) | startup bytes | heartbeats/s (cluster) | heartbeats/s (member other than the coordinator, max) | heartbeats/s (coordinator) | lock + unlock datagrams | datagrams (bytes) per coordinator crash | crash to new view | datagrams (bytes) per leave |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for n in sizes {
         println!("{}", row(&measure(n)));
     }

@@ -72,11 +72,25 @@ fn messages() -> Vec<(&'static str, Message)> {
         ("join-request", gms(GmsMessage::JoinRequest)),
         ("not-coordinator", gms(GmsMessage::NotCoordinator)),
         ("leave-request", gms(GmsMessage::LeaveRequest)),
+        (
+            "install-view-delta",
+            gms(GmsMessage::InstallViewDelta {
+                epoch: 4,
+                base_epoch: view.epoch(),
+                base_digest: view.digest(),
+                left: vec![m(2).incarnation()],
+                joined: vec![m(3)],
+                digest: View::new(4, vec![m(0), m(1), m(3)])
+                    .expect("a valid view")
+                    .digest(),
+            }),
+        ),
         ("install-view", gms(GmsMessage::InstallView { view })),
         (
             "leave-accepted",
             gms(GmsMessage::LeaveAccepted { epoch: 4 }),
         ),
+        ("view-request", gms(GmsMessage::ViewRequest { epoch: 4 })),
         (
             "lock",
             lock(LockMessage::Lock {

@@ -296,7 +296,20 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 28;
+        let kind = self.u8() % 30;
+        if kind == 28 {
+            return Message::Gms(GmsMessage::InstallViewDelta {
+                epoch: self.num(),
+                base_epoch: self.num(),
+                base_digest: self.num(),
+                left: self.vec(Self::incarnation),
+                joined: self.vec(Self::member),
+                digest: self.num(),
+            });
+        }
+        if kind == 29 {
+            return Message::Gms(GmsMessage::ViewRequest { epoch: self.num() });
+        }
         if kind == 27 {
             // A named service's message: the service, then a lock message of its own kind.
             let service = self.service();
@@ -698,6 +711,26 @@ impl Writer {
             }
             Message::Gms(GmsMessage::LeaveAccepted { epoch }) => {
                 self.u8(4);
+                self.num(*epoch);
+            }
+            Message::Gms(GmsMessage::InstallViewDelta {
+                epoch,
+                base_epoch,
+                base_digest,
+                left,
+                joined,
+                digest,
+            }) => {
+                self.u8(28);
+                self.num(*epoch);
+                self.num(*base_epoch);
+                self.num(*base_digest);
+                self.vec(left, |w, i| w.incarnation(*i));
+                self.vec(joined, Self::member);
+                self.num(*digest);
+            }
+            Message::Gms(GmsMessage::ViewRequest { epoch }) => {
+                self.u8(29);
                 self.num(*epoch);
             }
             Message::Lock(lock) => self.lock_message(lock),

@@ -292,6 +292,22 @@ fn arb_gms_message() -> BoxedStrategy<GmsMessage> {
         Just(GmsMessage::LeaveRequest),
         arb_view().prop_map(|view| GmsMessage::InstallView { view }),
         arb_u64().prop_map(|epoch| GmsMessage::LeaveAccepted { epoch }),
+        (
+            (arb_u64(), arb_u64(), arb_u64(), arb_u64()),
+            prop::collection::vec(arb_u128(), 0..4),
+            prop::collection::vec(arb_member_id(), 0..4),
+        )
+            .prop_map(|((epoch, base_epoch, base_digest, digest), left, joined)| {
+                GmsMessage::InstallViewDelta {
+                    epoch,
+                    base_epoch,
+                    base_digest,
+                    left,
+                    joined,
+                    digest,
+                }
+            }),
+        arb_u64().prop_map(|epoch| GmsMessage::ViewRequest { epoch }),
     ]
     .boxed()
 }
@@ -592,6 +608,8 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Gms(GmsMessage::LeaveRequest) => "LeaveRequest",
         Message::Gms(GmsMessage::InstallView { .. }) => "InstallView",
         Message::Gms(GmsMessage::LeaveAccepted { .. }) => "LeaveAccepted",
+        Message::Gms(GmsMessage::InstallViewDelta { .. }) => "InstallViewDelta",
+        Message::Gms(GmsMessage::ViewRequest { .. }) => "ViewRequest",
         Message::Lock(LockMessage::Lock { .. }) => "Lock",
         Message::Lock(LockMessage::Cancel { .. }) => "Cancel",
         Message::Lock(LockMessage::Unlock { .. }) => "Unlock",
@@ -634,11 +652,11 @@ fn sample<S: Strategy>(strategy: &S, n: usize) -> Vec<S::Value> {
 fn strategies_cover_every_variant() {
     let frames: HashSet<_> = sample(&arb_frame(), 100).iter().map(frame_kind).collect();
     assert_eq!(frames.len(), 6, "frames generated: {frames:?}");
-    let messages: HashSet<_> = sample(&arb_message(), 300)
+    let messages: HashSet<_> = sample(&arb_message(), 400)
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 28, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 30, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

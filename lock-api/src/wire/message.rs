@@ -179,6 +179,33 @@ pub enum GmsMessage {
         /// Epoch of the first view without the leaver.
         epoch: u64,
     },
+    /// The coordinator installs a view at a member that has the view's base: the new view is
+    /// the base's members without `left`, in the base's order, then `joined`, in this order.
+    /// It costs bytes in proportion to the change, not to the view, so that one view change
+    /// costs bytes linear in the cluster size. A receiver that has no view with digest
+    /// `base_digest` (see [`View::digest`]), or whose rebuilt view's digest is not `digest`,
+    /// installs nothing and answers [`GmsMessage::ViewRequest`].
+    InstallViewDelta {
+        /// The new view's epoch.
+        epoch: u64,
+        /// The base view's epoch.
+        base_epoch: u64,
+        /// The base view's digest.
+        base_digest: u64,
+        /// Incarnations of the base's members that are not in the new view.
+        left: Vec<u128>,
+        /// The members appended after the base's remaining members.
+        joined: Vec<MemberId>,
+        /// The new view's digest.
+        digest: u64,
+    },
+    /// A member could not rebuild a view from an [`GmsMessage::InstallViewDelta`]: it asks the
+    /// sender, if it still coordinates, for its current view in full
+    /// ([`GmsMessage::InstallView`]).
+    ViewRequest {
+        /// The epoch of the delta that could not be applied.
+        epoch: u64,
+    },
 }
 
 /// The most locks a [`LockMessage::Table`] answer carries (the rest is cut, `truncated`).

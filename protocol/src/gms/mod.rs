@@ -46,6 +46,7 @@
 //! ```
 
 mod config;
+mod delta;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -55,6 +56,8 @@ use conclave_lock_api::{MemberId, View};
 use tracing::{debug, info, trace};
 
 use crate::time::Instant;
+
+use delta::{Bases, DeltaError};
 
 pub use config::{GmsConfig, GmsConfigError};
 #[cfg(feature = "sim")]
@@ -119,6 +122,10 @@ pub struct Gms {
     pending_leaves: BTreeSet<MemberId>,
     /// Other coordinators heard announcing, with their view and when.
     merge_candidates: BTreeMap<MemberId, (View, Instant)>,
+    /// The recent views (installed or received) that view deltas can be rebuilt from.
+    bases: Bases,
+    /// When a dropped delta was last logged (such logs are rate-limited).
+    delta_logged: Option<Instant>,
     outputs: VecDeque<GmsOutput>,
     events: VecDeque<GmsEvent>,
     stats: GmsStats,
@@ -147,6 +154,8 @@ impl Gms {
             pending_joins: Vec::new(),
             pending_leaves: BTreeSet::new(),
             merge_candidates: BTreeMap::new(),
+            bases: Bases::default(),
+            delta_logged: None,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             stats: GmsStats::default(),
@@ -248,7 +257,9 @@ impl Gms {
                         let epoch = self.next_epoch();
                         if let Ok(next) = View::new(epoch, rest) {
                             info!(member = %self.local, view = %next, "coordinator leaving, handing over");
-                            self.send_view_to_members(&next);
+                            // In full: a member that could not rebuild a delta would ask a
+                            // coordinator that is gone.
+                            self.send_view_to_members(&next, None);
                         }
                     }
                     self.set_left();
@@ -335,7 +346,59 @@ impl Gms {
                 }
             }
             GmsMessage::LeaveRequest => self.handle_leave_request(now, from),
-            GmsMessage::InstallView { view } => self.handle_view(now, from, view),
+            GmsMessage::InstallView { view } => {
+                self.bases.remember(&view);
+                self.handle_view(now, from, view);
+            }
+            GmsMessage::InstallViewDelta {
+                epoch,
+                base_epoch,
+                base_digest,
+                left,
+                joined,
+                digest,
+            } => {
+                self.max_epoch_seen = self.max_epoch_seen.max(epoch);
+                match self
+                    .bases
+                    .rebuild(epoch, base_epoch, base_digest, &left, &joined, digest)
+                {
+                    Ok(view) => {
+                        self.bases.remember(&view);
+                        self.handle_view(now, from, view);
+                    }
+                    Err(DeltaError::Absurd) => {
+                        self.stats.view_deltas_dropped += 1;
+                        if self.delta_logged.is_none_or(|at| {
+                            now.saturating_duration_since(at) >= std::time::Duration::from_secs(1)
+                        }) {
+                            self.delta_logged = Some(now);
+                            debug!(%from, epoch, left = left.len(), joined = joined.len(), "oversized view delta; dropped");
+                        }
+                    }
+                    Err(error) => {
+                        // Never a guessed view: ask the sender for the whole of it.
+                        self.stats.view_requests += 1;
+                        trace!(%from, epoch, ?error, "view delta not applicable; asking for the full view");
+                        self.outputs.push_back(GmsOutput::Send {
+                            to: from.clone(),
+                            message: GmsMessage::ViewRequest { epoch },
+                        });
+                    }
+                }
+            }
+            GmsMessage::ViewRequest { .. } => {
+                // Only the coordinator's view is installed from it; a member that no longer
+                // coordinates has nothing to give (the new coordinator sends its own view).
+                if let Some(view) = self.view.as_ref().filter(|v| v.contains(from)) {
+                    if self.is_coordinator() {
+                        self.outputs.push_back(GmsOutput::Send {
+                            to: from.clone(),
+                            message: GmsMessage::InstallView { view: view.clone() },
+                        });
+                    }
+                }
+            }
             GmsMessage::LeaveAccepted { .. } => {
                 if matches!(self.phase, Phase::Leaving { .. }) {
                     self.set_left();
@@ -682,7 +745,7 @@ impl Gms {
         self.stats.leaves_accepted += leavers.len() as u64;
         self.stats.members_excluded += suspects.len() as u64;
         self.install(now, next.clone(), ViewOrigin::Changed);
-        self.send_view_to_members(&next);
+        self.send_view_to_members(&next, Some(&view));
         for leaver in leavers {
             self.outputs.push_back(GmsOutput::Send {
                 to: leaver,
@@ -742,7 +805,7 @@ impl Gms {
         self.stats.takeovers += 1;
         self.stats.members_excluded += suspects.len() as u64;
         self.install(now, next.clone(), ViewOrigin::TookOver);
-        self.send_view_to_members(&next);
+        self.send_view_to_members(&next, Some(&view));
         for suspect in suspects {
             self.outputs.push_back(GmsOutput::Forget(suspect));
         }
@@ -794,17 +857,26 @@ impl Gms {
         info!(coordinator = %self.local, view = %merged, merged = candidates.len(), "installing merge view");
         self.stats.merges_led += 1;
         self.install(now, merged.clone(), ViewOrigin::Merged);
-        self.send_view_to_members(&merged);
+        self.send_view_to_members(&merged, Some(&view));
     }
 
-    fn send_view_to_members(&mut self, view: &View) {
+    /// Sends `view` to its other members: as a delta from `base` (the view this member was in)
+    /// to the members of `base`, which received it or installed it before, and in full to the
+    /// others (joiners, merged members) and when there is no delta.
+    fn send_view_to_members(&mut self, view: &View, base: Option<&View>) {
+        let delta = base.and_then(|base| delta::diff(base, view).map(|d| (base, d)));
         for member in view.members() {
-            if *member != self.local {
-                self.outputs.push_back(GmsOutput::Send {
-                    to: member.clone(),
-                    message: GmsMessage::InstallView { view: view.clone() },
-                });
+            if *member == self.local {
+                continue;
             }
+            let message = match &delta {
+                Some((base, delta)) if base.contains(member) => delta.clone(),
+                _ => GmsMessage::InstallView { view: view.clone() },
+            };
+            self.outputs.push_back(GmsOutput::Send {
+                to: member.clone(),
+                message,
+            });
         }
     }
 
@@ -831,6 +903,7 @@ impl Gms {
         self.phase = Phase::Member;
         self.view = Some(view.clone());
         self.stats.views_installed += 1;
+        self.bases.remember(&view);
         if self.next_heartbeat.is_none() {
             self.next_heartbeat = Some(now + self.config.heartbeat_interval);
         }

@@ -468,3 +468,114 @@ fn joins_that_arrive_together_are_admitted_in_one_view() {
     assert_eq!(g0.stats().views_installed, 2);
     assert_eq!(g0.stats().joins_accepted, 15);
 }
+
+/// The views the coordinator sends as deltas (issue 16): a member that lacks the delta's base
+/// asks for the full view and installs the right one; a corrupt delta is never installed.
+#[test]
+fn a_delta_without_its_base_is_answered_with_the_full_view() {
+    let (c, m) = (member(1), member(2));
+    let now = Instant::ZERO;
+    // The coordinator's side: a view of three, then one leaves.
+    let mut coordinator = Gms::new(c.clone(), GmsConfig::local());
+    coordinator.join(now);
+    let v3 = View::new(3, vec![c.clone(), m.clone(), member(3)]).unwrap();
+    coordinator.install(now, v3.clone(), ViewOrigin::Changed);
+    while coordinator.poll_output().is_some() {}
+    coordinator.handle_message(now, &member(3), GmsMessage::LeaveRequest);
+    let v4 = coordinator.view().unwrap().clone();
+    assert_eq!(v4.members(), &[c.clone(), m.clone()]);
+    let delta = std::iter::from_fn(|| coordinator.poll_output())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .find_map(|o| match o {
+            GmsOutput::Send { to, message } if to == m => Some(message),
+            _ => None,
+        })
+        .expect("the view is sent to m");
+    assert!(
+        matches!(&delta, GmsMessage::InstallViewDelta { left, joined, .. } if left.len() == 1 && joined.is_empty()),
+        "{delta:?}"
+    );
+    // A member that never saw v3 asks for the full view rather than guess.
+    let mut g = Gms::new(m.clone(), GmsConfig::local());
+    g.join(now);
+    while g.poll_output().is_some() {}
+    g.handle_message(now, &c, delta.clone());
+    assert_eq!(g.view(), None);
+    let request = std::iter::from_fn(|| g.poll_output())
+        .find_map(|o| match o {
+            GmsOutput::Send { to, message } if to == c => Some(message),
+            _ => None,
+        })
+        .expect("a view request");
+    assert_eq!(request, GmsMessage::ViewRequest { epoch: v4.epoch() });
+    assert_eq!(g.stats().view_requests, 1);
+    coordinator.handle_message(now, &m, request);
+    let full = coordinator.poll_output().expect("the full view");
+    assert_eq!(
+        full,
+        GmsOutput::Send {
+            to: m.clone(),
+            message: GmsMessage::InstallView { view: v4.clone() }
+        }
+    );
+    let GmsOutput::Send { message, .. } = full else {
+        unreachable!()
+    };
+    g.handle_message(now, &c, message);
+    assert_eq!(g.view(), Some(&v4));
+
+    // A member that has v3 rebuilds v4 from the delta.
+    let mut h = Gms::new(m.clone(), GmsConfig::local());
+    h.join(now);
+    h.handle_message(now, &c, GmsMessage::InstallView { view: v3.clone() });
+    assert_eq!(h.view(), Some(&v3));
+    h.handle_message(now, &c, delta.clone());
+    assert_eq!(h.view(), Some(&v4));
+
+    // A corrupt delta (its digest does not match what it rebuilds) is never installed.
+    let mut k = Gms::new(m.clone(), GmsConfig::local());
+    k.join(now);
+    k.handle_message(now, &c, GmsMessage::InstallView { view: v3.clone() });
+    while k.poll_output().is_some() {}
+    let GmsMessage::InstallViewDelta {
+        epoch,
+        base_epoch,
+        base_digest,
+        digest,
+        ..
+    } = delta
+    else {
+        unreachable!()
+    };
+    let corrupt = GmsMessage::InstallViewDelta {
+        epoch,
+        base_epoch,
+        base_digest,
+        left: vec![],
+        joined: vec![member(4)],
+        digest,
+    };
+    k.handle_message(now, &c, corrupt);
+    assert_eq!(k.view(), Some(&v3));
+    assert!(matches!(
+        k.poll_output(),
+        Some(GmsOutput::Send {
+            message: GmsMessage::ViewRequest { .. },
+            ..
+        })
+    ));
+    // An absurd one is dropped without a request.
+    let absurd = GmsMessage::InstallViewDelta {
+        epoch,
+        base_epoch,
+        base_digest,
+        left: vec![7; 5000],
+        joined: vec![],
+        digest,
+    };
+    k.handle_message(now, &c, absurd);
+    assert_eq!(k.view(), Some(&v3));
+    assert_eq!(k.poll_output(), None);
+    assert_eq!(k.stats().view_deltas_dropped, 1);
+}

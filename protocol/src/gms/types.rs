@@ -100,6 +100,11 @@ pub struct GmsStats {
     pub takeovers: u64,
     /// Merge views installed by this member as merge leader.
     pub merges_led: u64,
+    /// View deltas this member could not rebuild (no base, or a mismatch), so that it asked
+    /// the sender for the full view.
+    pub view_requests: u64,
+    /// View deltas dropped for absurd sizes.
+    pub view_deltas_dropped: u64,
 }
 
 /// Test-only ways to break the protocol on purpose, proving the simulator's checkers can fail.

@@ -87,8 +87,16 @@ pub struct ScaleFigures {
     /// Datagrams other than heartbeats from the coordinator's crash until every survivor
     /// installed one view without it.
     pub crash_datagrams: u64,
+    /// Bytes of the datagrams other than heartbeats from the coordinator's crash until every
+    /// survivor installed one view without it: the cost of one view change (a takeover).
+    pub crash_bytes: u64,
     /// Time from the coordinator's crash until every survivor agreed on a view without it.
     pub crash_agreed_after: Duration,
+    /// Datagrams other than heartbeats from a graceful leave of a member other than the
+    /// coordinator (after the crash) until every remaining member installed one view without it.
+    pub leave_datagrams: u64,
+    /// Bytes of those datagrams: the cost of one view change installed by a coordinator.
+    pub leave_bytes: u64,
 }
 
 /// Runs the measurement.
@@ -113,6 +121,7 @@ struct Run {
     datagrams: u64,
     bytes: u64,
     heartbeats: u64,
+    heartbeat_bytes: u64,
     heartbeats_by: Vec<u64>,
     installs: u64,
     epochs: BTreeSet<u64>,
@@ -144,6 +153,7 @@ impl Run {
             datagrams: 0,
             bytes: 0,
             heartbeats: 0,
+            heartbeat_bytes: 0,
             heartbeats_by: vec![0; config.members],
             installs: 0,
             epochs: BTreeSet::new(),
@@ -155,6 +165,7 @@ impl Run {
         self.datagrams = 0;
         self.bytes = 0;
         self.heartbeats = 0;
+        self.heartbeat_bytes = 0;
         self.heartbeats_by = vec![0; self.config.members];
         self.installs = 0;
         self.epochs.clear();
@@ -188,7 +199,7 @@ impl Run {
                 next_start += 1;
                 continue;
             }
-            if next_start == n && self.agreed(None) {
+            if next_start == n && self.agreed(&[]) {
                 break;
             }
             if self.now > last_start + BOUND {
@@ -261,14 +272,39 @@ impl Run {
         self.reset_counters();
         let crashed_at = self.now;
         let deadline = self.now + BOUND;
-        while !self.agreed(Some(coordinator)) {
+        while !self.agreed(&[coordinator]) {
             if self.now > deadline {
                 return Err("the survivors did not agree on a view".into());
             }
             self.step();
         }
         figures.crash_datagrams = self.datagrams - self.heartbeats;
+        figures.crash_bytes = self.bytes - self.heartbeat_bytes;
         figures.crash_agreed_after = self.now - crashed_at;
+        // Let the takeover's reliable traffic and lock reconciliation settle, then one member
+        // other than the (new) coordinator leaves gracefully.
+        self.run_for(Duration::from_secs(1));
+        let new_coordinator = self.coordinator();
+        let Some(leaver) = (0..n)
+            .rev()
+            .find(|i| *i != coordinator && Some(*i) != new_coordinator)
+        else {
+            return Ok(figures); // too few members for a leave
+        };
+        self.reset_counters();
+        if let Some(endpoint) = self.nodes[leaver].as_mut() {
+            endpoint.leave(self.now);
+        }
+        self.flush(leaver);
+        let deadline = self.now + BOUND;
+        while !self.agreed(&[coordinator, leaver]) {
+            if self.now > deadline {
+                return Err("the remaining members did not agree on a view".into());
+            }
+            self.step();
+        }
+        figures.leave_datagrams = self.datagrams - self.heartbeats;
+        figures.leave_bytes = self.bytes - self.heartbeat_bytes;
         Ok(figures)
     }
 
@@ -278,17 +314,20 @@ impl Run {
             .position(|e| e.as_ref().is_some_and(Endpoint::is_coordinator))
     }
 
-    /// Whether every live member is in one view of exactly the live members (`without` is
-    /// down).
-    fn agreed(&self, without: Option<usize>) -> bool {
-        let live = self.config.members - usize::from(without.is_some());
+    /// Whether every member not in `without` is in one view of exactly those members (the
+    /// members in `without` are down or leaving).
+    fn agreed(&self, without: &[usize]) -> bool {
+        let live = self.config.members - without.len();
         let mut first = None;
-        for endpoint in self.nodes.iter().flatten() {
+        for (i, endpoint) in self.nodes.iter().enumerate() {
+            let Some(endpoint) = endpoint.as_ref().filter(|_| !without.contains(&i)) else {
+                continue;
+            };
             let Some(view) = endpoint.view() else {
                 return false;
             };
             if view.len() != live
-                || without.is_some_and(|w| view.contains(&self.ids[w]))
+                || without.iter().any(|w| view.contains(&self.ids[*w]))
                 || first.is_some_and(|e| e != view.epoch())
             {
                 return false;
@@ -376,6 +415,7 @@ impl Run {
             self.bytes += transmit.bytes.len() as u64;
             if heartbeat {
                 self.heartbeats += 1;
+                self.heartbeat_bytes += transmit.bytes.len() as u64;
                 self.heartbeats_by[index] += 1;
             }
             for to in targets {
@@ -397,5 +437,7 @@ mod tests {
         assert!(figures.heartbeats_per_sec > 0.0);
         assert!(figures.lock_grant_datagrams > 0);
         assert!(figures.crash_datagrams > 0);
+        assert!(figures.crash_bytes > 0);
+        assert!(figures.leave_bytes > 0);
     }
 }

@@ -443,6 +443,10 @@ impl LockService {
     /// The default service's right to grant, to lend to named services (`Majority`).
     pub(crate) fn authority(&mut self, now: Instant) -> Authority {
         self.enter(now);
+        // A term that lapsed just now began a new one: its reconciliation asks this member
+        // too, and a message to itself goes nowhere unless it is handled here (regression
+        // seed 19 of the named-services band, Majority: the grantor lost its own waits).
+        self.pump(now);
         let (window, size) = (self.support_window(), self.cluster_size());
         let term = self.term.as_ref().filter(|_| self.grantor.is_active());
         Authority {

@@ -6,146 +6,107 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LockNameError;
 
-/// The name of a distributed lock: non-empty UTF-8 of at most [`LockName::MAX_LEN`] bytes.
-///
-/// "Parse, don't validate": a `LockName` is valid by construction, including when it is
-/// decoded from the network.
-///
-/// ```
-/// use conclave_lock_api::{LockName, LockNameError};
-///
-/// assert!(LockName::new("orders/42").is_ok());
-/// assert_eq!(LockName::new("x".repeat(300)), Err(LockNameError::TooLong { len: 300, max: 255 }));
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct LockName(String);
+/// A validated name type: a newtype over non-empty UTF-8 of at most `MAX_LEN` bytes, valid by
+/// construction ("parse, don't validate"), including when it is decoded from the network.
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
 
-impl LockName {
-    /// The longest lock name accepted, in bytes.
-    pub const MAX_LEN: usize = 255;
+        impl $name {
+            #[doc = "The longest name accepted, in bytes."]
+            pub const MAX_LEN: usize = $max;
 
-    /// Validates `name` and wraps it.
+            #[doc = "Validates `name` and wraps it."]
+            #[doc = ""]
+            #[doc = "# Errors"]
+            #[doc = concat!(
+                "[`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above [`",
+                stringify!($name),
+                "::MAX_LEN`] bytes."
+            )]
+            pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
+                let name = name.into();
+                if name.is_empty() {
+                    return Err(LockNameError::Empty);
+                }
+                if name.len() > Self::MAX_LEN {
+                    return Err(LockNameError::TooLong {
+                        len: name.len(),
+                        max: Self::MAX_LEN,
+                    });
+                }
+                Ok(Self(name))
+            }
+
+            #[doc = "The name as a string slice."]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = LockNameError;
+
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> Self {
+                value.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// The name of a distributed lock: non-empty UTF-8 of at most [`LockName::MAX_LEN`] bytes.
     ///
-    /// # Errors
-    /// [`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above
-    /// [`LockName::MAX_LEN`] bytes.
-    pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
-        let name = name.into();
-        if name.is_empty() {
-            return Err(LockNameError::Empty);
-        }
-        if name.len() > Self::MAX_LEN {
-            return Err(LockNameError::TooLong {
-                len: name.len(),
-                max: Self::MAX_LEN,
-            });
-        }
-        Ok(Self(name))
-    }
-
-    /// The name as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for LockName {
-    type Error = LockNameError;
-
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        Self::new(value)
-    }
-}
-
-impl From<LockName> for String {
-    fn from(value: LockName) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for LockName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for LockName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-/// The name of a lock service: an independent namespace of locks on the same cluster
-/// (Geode's named `DistributedLockService`), with its own grantor, reconciliation and events.
-/// Non-empty UTF-8 of at most [`ServiceName::MAX_LEN`] bytes; valid by construction, including
-/// when decoded from the network.
-///
-/// ```
-/// use conclave_lock_api::{LockNameError, ServiceName};
-///
-/// assert_eq!(ServiceName::new("billing")?.as_str(), "billing");
-/// assert_eq!(ServiceName::new(""), Err(LockNameError::Empty));
-/// # Ok::<(), LockNameError>(())
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct ServiceName(String);
-
-impl ServiceName {
-    /// The longest service name accepted, in bytes.
-    pub const MAX_LEN: usize = 64;
-
-    /// Validates `name` and wraps it.
+    /// "Parse, don't validate": a `LockName` is valid by construction, including when it is
+    /// decoded from the network.
     ///
-    /// # Errors
-    /// [`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above
-    /// [`ServiceName::MAX_LEN`] bytes.
-    pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
-        let name = name.into();
-        if name.is_empty() {
-            return Err(LockNameError::Empty);
-        }
-        if name.len() > Self::MAX_LEN {
-            return Err(LockNameError::TooLong {
-                len: name.len(),
-                max: Self::MAX_LEN,
-            });
-        }
-        Ok(Self(name))
-    }
+    /// ```
+    /// use conclave_lock_api::{LockName, LockNameError};
+    ///
+    /// assert!(LockName::new("orders/42").is_ok());
+    /// assert_eq!(LockName::new("x".repeat(300)), Err(LockNameError::TooLong { len: 300, max: 255 }));
+    /// ```
+    LockName,
+    255
+);
 
-    /// The name as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for ServiceName {
-    type Error = LockNameError;
-
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        Self::new(value)
-    }
-}
-
-impl From<ServiceName> for String {
-    fn from(value: ServiceName) -> Self {
-        value.0
-    }
-}
-
-impl fmt::Display for ServiceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for ServiceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
+name_type!(
+    /// The name of a lock service: an independent namespace of locks on the same cluster
+    /// (Geode's named `DistributedLockService`), with its own grantor, reconciliation and
+    /// events. Non-empty UTF-8 of at most [`ServiceName::MAX_LEN`] bytes; valid by
+    /// construction, including when decoded from the network.
+    ///
+    /// ```
+    /// use conclave_lock_api::{LockNameError, ServiceName};
+    ///
+    /// assert_eq!(ServiceName::new("billing")?.as_str(), "billing");
+    /// assert_eq!(ServiceName::new(""), Err(LockNameError::Empty));
+    /// # Ok::<(), LockNameError>(())
+    /// ```
+    ServiceName,
+    64
+);
 
 /// How a lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

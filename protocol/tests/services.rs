@@ -116,22 +116,24 @@ impl Cluster {
     }
 
     fn lock(&mut self, node: usize, service: Option<&ServiceName>, name: &str) -> RequestId {
-        let request = LockRequest::exclusive(1, LockName::new(name).expect("valid lock name"));
-        let now = self.now;
-        let id = match service {
-            None => self.nodes[node].lock(now, request),
-            Some(service) => self.nodes[node]
-                .lock_in(now, service, request)
-                .expect("the service opens"),
-        };
-        self.settle();
-        id
+        self.ask(node, service, name, true)
     }
 
     fn try_lock(&mut self, node: usize, service: Option<&ServiceName>, name: &str) -> RequestId {
+        self.ask(node, service, name, false)
+    }
+
+    /// An exclusive request for `name` in `service` at `node`, waiting or not.
+    fn ask(
+        &mut self,
+        node: usize,
+        service: Option<&ServiceName>,
+        name: &str,
+        wait: bool,
+    ) -> RequestId {
         let request = LockRequest {
-            wait: false,
-            ..LockRequest::exclusive(2, LockName::new(name).expect("valid lock name"))
+            wait,
+            ..LockRequest::exclusive(1, LockName::new(name).expect("valid lock name"))
         };
         let now = self.now;
         let id = match service {

@@ -922,6 +922,39 @@ impl Member {
             .status()
             .expect("kill(1) runs");
         assert!(status.success(), "kill -{signal} {}", self.child.id());
+        if signal == "STOP" {
+            self.wait_stopped();
+        }
+    }
+
+    /// Waits (at most 5 s) until every thread of the process has stopped: `kill -STOP`
+    /// returns before a thread that is running on another CPU stops, and a test that sends the
+    /// stopped process a datagram next must know it cannot read it any more (on a loaded
+    /// machine the paused grantor read the release it was meant to find on waking).
+    fn wait_stopped(&self) {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let Ok(entries) = std::fs::read_dir(&tasks) else {
+                return; // no procfs: nothing to wait on
+            };
+            let stopped = entries.flatten().all(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    // The state follows the command name, which is in parentheses.
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                })
+            });
+            if stopped {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!(
+            "{}: pid {} did not stop within 5 s",
+            self.name,
+            self.child.id()
+        );
     }
 
     fn kill(&mut self) {

@@ -322,7 +322,8 @@ pub struct LockSabotage {
 pub struct LockService {
     local: MemberId,
     config: LockConfig,
-    view: Option<View>,
+    /// The current view, shared (cloned on every input that needs it by value).
+    view: Option<std::sync::Arc<View>>,
     /// When each member of the view was last heard from (for leases and quorum).
     last_heard: BTreeMap<MemberId, Instant>,
     client: Client,
@@ -739,7 +740,7 @@ impl LockService {
     /// A transfer request, a handoff, an announcement of a transfer or a "not grantor".
     fn on_transfer(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
         if let LockMessage::Transferred { epoch, generation } = &message {
-            let installed = self.view.as_ref().map(View::epoch);
+            let installed = self.view.as_deref().map(View::epoch);
             if installed.is_none_or(|installed| *epoch > installed) {
                 // Before its view is installed here (the new grantor may even be new to the
                 // view; this member may have no view yet, a joiner: regression seed 264 of
@@ -948,7 +949,7 @@ impl LockService {
             );
         }
         self.last_heard = heard;
-        self.view = Some(view.clone());
+        self.view = Some(std::sync::Arc::new(view.clone()));
         self.client.on_view(now, view, &mut self.outbox);
         let announced = self
             .announcement
@@ -1563,7 +1564,7 @@ impl LockService {
 
     /// This member's answer, as grantor, to table query `query`.
     fn table_answer(&self, query: u64) -> LockMessage {
-        let epoch = self.view.as_ref().map_or(0, View::epoch);
+        let epoch = self.view.as_deref().map_or(0, View::epoch);
         if !self.grantor.is_serving() {
             return LockMessage::Table {
                 query,

@@ -447,6 +447,17 @@ impl Endpoint {
         }
     }
 
+    /// The named service `service`, opened if this member does not run it yet (the caller
+    /// pumps once, after its call into the service), with its authority as of `now`.
+    fn opened(
+        &mut self,
+        now: Instant,
+        service: &ServiceName,
+    ) -> Result<&mut LockService, TooManyServices> {
+        self.open_service_quietly(now, service)?;
+        self.service_at(now, Some(service)).ok_or(TooManyServices)
+    }
+
     /// The lock service a request id belongs to, with its authority as of `now`.
     fn service_for(&mut self, now: Instant, id: u64) -> Option<&mut LockService> {
         let name = self.service_of(id).cloned();
@@ -478,9 +489,7 @@ impl Endpoint {
         service: &ServiceName,
         request: LockRequest,
     ) -> Result<RequestId, TooManyServices> {
-        self.open_service(now, service)?;
-        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
-        let id = locks.lock(now, request);
+        let id = self.opened(now, service)?.lock(now, request);
         self.pump(now);
         Ok(id)
     }
@@ -495,9 +504,7 @@ impl Endpoint {
         now: Instant,
         service: &ServiceName,
     ) -> Result<u64, TooManyServices> {
-        self.open_service(now, service)?;
-        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
-        let query = locks.query_table(now);
+        let query = self.opened(now, service)?.query_table(now);
         self.pump(now);
         Ok(query)
     }
@@ -512,9 +519,7 @@ impl Endpoint {
         now: Instant,
         service: &ServiceName,
     ) -> Result<(), ServiceTransferError> {
-        self.open_service(now, service)?;
-        let locks = self.service_at(now, Some(service)).ok_or(TooManyServices)?;
-        locks.become_grantor(now)?;
+        self.opened(now, service)?.become_grantor(now)?;
         self.pump(now);
         Ok(())
     }

@@ -951,24 +951,28 @@ impl Client {
         }
     }
 
+    /// What this member holds, as a report names it (each lease as what is left of it).
+    pub(crate) fn held_locks(&self, now: Instant) -> Vec<HeldLock> {
+        self.held
+            .iter()
+            .map(|(request, h)| HeldLock {
+                request: *request,
+                name: h.name.clone(),
+                owner: self.owner(h.owner),
+                mode: h.mode,
+                token: h.table_token,
+                lease_ms: h
+                    .lease_until
+                    .map(|t| millis_up(t.saturating_duration_since(now))),
+            })
+            .collect()
+    }
+
     /// What this member holds, waits for and releases: its reconciliation report.
     pub(crate) fn report(&self, now: Instant, epoch: u64) -> LockMessage {
         LockMessage::LockInfoResponse {
             epoch,
-            held: self
-                .held
-                .iter()
-                .map(|(request, h)| HeldLock {
-                    request: *request,
-                    name: h.name.clone(),
-                    owner: self.owner(h.owner),
-                    mode: h.mode,
-                    token: h.table_token,
-                    lease_ms: h
-                        .lease_until
-                        .map(|t| millis_up(t.saturating_duration_since(now))),
-                })
-                .collect(),
+            held: self.held_locks(now),
             pending: self
                 .pending
                 .iter()

@@ -1617,15 +1617,13 @@ impl LockService {
         if !self.client.has_held() {
             return;
         }
-        if let LockMessage::LockInfoResponse { held, .. } = self.client.report(now, epoch) {
-            let report = LockMessage::LockInfoResponse {
-                epoch,
-                held,
-                pending: Vec::new(),
-                releases: Vec::new(),
-            };
-            self.outbox.push_back((grantor, report));
-        }
+        let report = LockMessage::LockInfoResponse {
+            epoch,
+            held: self.client.held_locks(now),
+            pending: Vec::new(),
+            releases: Vec::new(),
+        };
+        self.outbox.push_back((grantor, report));
     }
 
     /// Answers, with `None`, every table query whose grantor is not the view's coordinator.

@@ -26,9 +26,15 @@ use crate::error::MemberNameError;
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "RawMemberId", into = "RawMemberId")]
-pub struct MemberId {
+pub struct MemberId(Arc<Parts>);
+
+/// What a [`MemberId`] is made of, shared by its clones (an id is cloned into most messages
+/// and table entries; sharing makes that a reference count, and keeps messages small). The
+/// field order is the ids' order.
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Parts {
     incarnation: u128,
-    name: Arc<str>,
+    name: Box<str>,
     addr: SocketAddr,
 }
 
@@ -64,39 +70,44 @@ impl MemberId {
         if name.chars().any(char::is_control) {
             return Err(MemberNameError::ControlCharacter);
         }
-        Ok(Self {
+        Ok(Self(Arc::new(Parts {
             incarnation,
             name: name.into(),
             addr,
-        })
+        })))
     }
 
     /// The random id of this process incarnation.
     pub fn incarnation(&self) -> u128 {
-        self.incarnation
+        self.0.incarnation
     }
 
     /// The human-readable name given at start.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The transport address this member receives on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr
     }
 }
 
 impl fmt::Display for MemberId {
     /// `name#xxxxxxxx`: the name and the first 8 hex digits of the incarnation id.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}#{:08x}", self.name, (self.incarnation >> 96) as u32)
+        write!(
+            f,
+            "{}#{:08x}",
+            self.name(),
+            (self.incarnation() >> 96) as u32
+        )
     }
 }
 
 impl fmt::Debug for MemberId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}@{}", self.addr)
+        write!(f, "{self}@{}", self.addr())
     }
 }
 
@@ -129,14 +140,15 @@ impl TryFrom<RawMemberId> for MemberId {
 
 impl From<MemberId> for RawMemberId {
     fn from(id: MemberId) -> Self {
-        let scope = match id.addr {
+        let addr = id.addr();
+        let scope = match addr {
             SocketAddr::V6(v6) => v6.scope_id(),
             SocketAddr::V4(_) => 0,
         };
         RawMemberId {
-            incarnation: id.incarnation,
-            name: id.name.as_ref().to_owned(),
-            addr: id.addr,
+            incarnation: id.incarnation(),
+            name: id.name().to_owned(),
+            addr,
             scope,
         }
     }

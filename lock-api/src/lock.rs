@@ -1,6 +1,7 @@
 //! Lock names, modes and fencing tokens.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,9 +12,11 @@ use crate::error::LockNameError;
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $max:expr) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        #[doc = ""]
+        #[doc = "Cloning one is cheap: the name is shared, not copied."]
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+        #[serde(try_from = "String")]
+        pub struct $name(Arc<str>);
 
         impl $name {
             #[doc = "The longest name accepted, in bytes."]
@@ -38,7 +41,7 @@ macro_rules! name_type {
                         max: Self::MAX_LEN,
                     });
                 }
-                Ok(Self(name))
+                Ok(Self(name.into()))
             }
 
             #[doc = "The name as a string slice."]
@@ -57,7 +60,13 @@ macro_rules! name_type {
 
         impl From<$name> for String {
             fn from(value: $name) -> Self {
-                value.0
+                value.0.as_ref().to_owned()
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
             }
         }
 

@@ -13,6 +13,7 @@
 //!
 //! [`BlockingRecv`]: conclave_lock_api::BlockingRecv
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread::Thread;
 use std::time::Instant;
@@ -24,6 +25,9 @@ use conclave_lock_api::RequestId;
 pub(crate) struct ReceiveDuty {
     /// The task holding the duty (by its request) and until when.
     holder: Mutex<Option<(RequestId, Instant)>>,
+    /// Whether `holder` may be `Some`: set under its lock when a task takes the duty, so a
+    /// task that never took it gives nothing back without taking the lock.
+    lent: AtomicBool,
     /// The driver thread, unparked when the duty comes back.
     driver: OnceLock<Thread>,
 }
@@ -50,6 +54,7 @@ impl ReceiveDuty {
             Some((other, other_until)) if other != request && now < other_until => false,
             _ => {
                 *holder = Some((request, until));
+                self.lent.store(true, Ordering::Release);
                 true
             }
         }
@@ -57,9 +62,14 @@ impl ReceiveDuty {
 
     /// `request` gives the duty back if it holds it, and wakes the driver to take over.
     pub(crate) fn release(&self, request: RequestId) {
+        // A task that took the duty set `lent` itself, earlier on its own thread.
+        if !self.lent.load(Ordering::Acquire) {
+            return;
+        }
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
         if holder.is_some_and(|(holding, _)| holding == request) {
             *holder = None;
+            self.lent.store(false, Ordering::Release);
             drop(holder);
             self.wake_driver();
         }
@@ -73,6 +83,7 @@ impl ReceiveDuty {
             Some((_, until)) if now < until => Some(until),
             _ => {
                 *holder = None;
+                self.lent.store(false, Ordering::Release);
                 None
             }
         }

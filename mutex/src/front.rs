@@ -53,6 +53,21 @@ impl Front {
 
     /// Emits a lock event to every listener.
     pub(crate) fn emit(&mut self, event: LockEvent) {
+        self.emit_with(|| event);
+    }
+
+    /// Whether anyone listens to the events.
+    pub(crate) fn is_listened(&self) -> bool {
+        !self.event_subscribers.is_empty()
+    }
+
+    /// Emits the lock event `event` makes to every listener; with no listener, the event is
+    /// not made (a lock and its release build no event nobody reads).
+    pub(crate) fn emit_with(&mut self, event: impl FnOnce() -> LockEvent) {
+        if !self.is_listened() {
+            return;
+        }
+        let event = event();
         self.event_subscribers
             .retain(|s| s.try_send(event.clone()).is_ok());
     }

@@ -155,7 +155,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn new_owner(&self) -> u64 {
-        self.lock().next_owner()
+        self.next_owner()
     }
 
     fn created(&self, name: &LockName) {
@@ -181,8 +181,9 @@ impl LockBackend for GroupBackend {
                     lease: request.lease,
                 },
             )?;
-            shared.start_spin(id, self.spin_deadline());
-            (id, shared.settle(now))
+            let effects = shared.settle(now);
+            shared.start_spin(id, || self.spin_deadline());
+            (id, effects)
         };
         self.flush(effects);
         Ok(id)
@@ -257,26 +258,28 @@ impl LockBackend for GroupBackend {
             let result = match (lost, shared.endpoint.unlock(now, request)) {
                 (Some(reason), _) => Err(UnlockError::Lost(reason)),
                 (None, Ok(())) => {
-                    if let Some(slot) = shared.slots.get(&request) {
-                        let (name, owner) = (slot.name.clone(), slot.owner);
-                        shared.emit_unlocked(request, name, owner);
-                    }
+                    shared.emit_unlocked(request);
                     Ok(())
                 }
                 (None, Err(_)) if shared.phase != Phase::Running => Err(UnlockError::Shutdown),
                 (None, Err(_)) => Err(UnlockError::Lost(LockLostReason::Shutdown)),
             };
             match (&result, shared.slots.get_mut(&request)) {
-                (Ok(()), Some(slot)) => {
-                    slot.releasing = true;
-                    slot.spin_until = self.spin_deadline();
-                }
+                (Ok(()), Some(slot)) => slot.releasing = true,
                 (Err(_), Some(_)) => {
                     shared.slots.remove(&request);
                 }
                 (_, None) => {}
             }
-            (result, shared.settle(now))
+            let effects = shared.settle(now);
+            if let Some(slot) = shared.slots.get_mut(&request) {
+                if slot.releasing && !slot.released {
+                    // Spin for the acknowledgement (a release at this member's own grantor
+                    // is acknowledged at once, above).
+                    slot.spin_until = self.spin_deadline();
+                }
+            }
+            (result, effects)
         };
         self.flush(effects);
         result

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
@@ -74,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) changed: Event,
     /// The driver thread, joined once the node has closed.
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    /// The last local owner number handed out ([`Inner::next_owner`]).
+    owners: AtomicU64,
 }
 
 impl fmt::Debug for Inner {
@@ -101,7 +104,13 @@ impl Inner {
             duty: ReceiveDuty::default(),
             changed: Event::new(),
             thread: Mutex::new(None),
+            owners: AtomicU64::new(0),
         }
+    }
+
+    /// A fresh local owner number (the first is 1), without taking the state lock.
+    pub(crate) fn next_owner(&self) -> u64 {
+        self.owners.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// The shared state. A panic while it was held (a bug) does not make it unusable: every
@@ -288,7 +297,6 @@ pub(crate) struct Shared {
     pub(crate) phase: Phase,
     pub(crate) view: Option<View>,
     pub(crate) slots: BTreeMap<RequestId, Slot>,
-    next_owner: u64,
     /// The deadline the driver's timer is armed for.
     pub(crate) armed: Option<Instant>,
     view_subscribers: Vec<Sender<View>>,
@@ -317,7 +325,6 @@ impl Shared {
             phase: Phase::Running,
             view: None,
             slots: BTreeMap::new(),
-            next_owner: 1,
             armed: None,
             view_subscribers: Vec::new(),
             front: Front::default(),
@@ -329,13 +336,6 @@ impl Shared {
             tables: BTreeMap::new(),
             contention: Contention::default(),
         }
-    }
-
-    /// A fresh local owner number.
-    pub(crate) fn next_owner(&mut self) -> u64 {
-        let owner = self.next_owner;
-        self.next_owner += 1;
-        owner
     }
 
     pub(crate) fn owner_id(&self, local: u64) -> OwnerId {
@@ -379,12 +379,17 @@ impl Shared {
         Ok(id)
     }
 
-    /// Starts the spin of `request`'s wait, until `until`, unless its lock is contended here
-    /// (see [`crate::contention`]).
-    pub(crate) fn start_spin(&mut self, request: RequestId, until: Option<std::time::Instant>) {
+    /// Starts the spin of `request`'s wait, until `until()`, unless it was answered already,
+    /// the grantor queued it, or its lock is contended here (see [`crate::contention`]).
+    /// `until` reads the clock, so it is called only for a wait that will spin.
+    pub(crate) fn start_spin(
+        &mut self,
+        request: RequestId,
+        until: impl FnOnce() -> Option<std::time::Instant>,
+    ) {
         if let Some(slot) = self.slots.get_mut(&request) {
-            if !self.contention.is_contended(&slot.name) {
-                slot.spin_until = until;
+            if slot.outcome.is_none() && !slot.queued && !self.contention.is_contended(&slot.name) {
+                slot.spin_until = until();
             }
         }
     }
@@ -406,16 +411,35 @@ impl Shared {
 
     fn release_held(&mut self, now: Instant, request: RequestId, slot: &Slot) {
         if self.endpoint.unlock(now, request).is_ok() {
-            self.emit_unlocked(request, slot.name.clone(), slot.owner);
+            self.emit_unlocked_of(request, slot);
         }
     }
 
-    /// Emits `Unlocked` for the release of `request` to its service's listeners.
-    pub(crate) fn emit_unlocked(&mut self, request: RequestId, name: LockName, owner: u64) {
+    /// Emits `Unlocked` for the release of `request`, whose slot is in the table, to its
+    /// service's listeners.
+    pub(crate) fn emit_unlocked(&mut self, request: RequestId) {
         let service = self.endpoint.service_of(request.0).cloned();
-        let owner = self.owner_id(owner);
+        if !self.front_mut(service.as_ref()).is_listened() {
+            return;
+        }
+        let Some(event) = self.slots.get(&request).map(|slot| LockEvent::Unlocked {
+            name: slot.name.clone(),
+            owner: self.owner_id(slot.owner),
+        }) else {
+            return;
+        };
+        self.front_mut(service.as_ref()).emit(event);
+    }
+
+    /// Emits `Unlocked` for the release of `request`, whose slot was `slot`.
+    fn emit_unlocked_of(&mut self, request: RequestId, slot: &Slot) {
+        let service = self.endpoint.service_of(request.0).cloned();
+        let owner = self.owner_id(slot.owner);
         self.front_mut(service.as_ref())
-            .emit(LockEvent::Unlocked { name, owner });
+            .emit_with(|| LockEvent::Unlocked {
+                name: slot.name.clone(),
+                owner,
+            });
     }
 
     /// The front state of the named service `service`, or of the default one (made for a
@@ -536,7 +560,7 @@ impl Shared {
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);
-                    self.front_mut(service).emit(LockEvent::Locked {
+                    self.front_mut(service).emit_with(|| LockEvent::Locked {
                         name,
                         owner,
                         mode,
@@ -564,7 +588,7 @@ impl Shared {
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
                     self.contention.queued(&name);
                     let owner = self.owner_id(owner);
-                    self.front_mut(service).emit(LockEvent::Waiting {
+                    self.front_mut(service).emit_with(|| LockEvent::Waiting {
                         name,
                         owner,
                         mode,

@@ -1763,19 +1763,21 @@ impl LockService {
     /// client) until none is left; the rest stay in the outbox for the transport.
     fn pump(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
-        let mut remote = Outbox::new();
         let mut rounds = 0usize;
-        while let Some((to, message)) = self.outbox.pop_front() {
-            if to == self.local {
-                rounds += 1;
-                let local = self.local.clone();
-                self.dispatch(now, &local, message);
-                debug_assert!(rounds < 10_000_000, "local message loop does not settle");
-            } else {
-                remote.push_back((to, message));
+        // In order; what the dispatches add joins the end. The outbox keeps its allocation.
+        let mut next = 0;
+        while next < self.outbox.len() {
+            if self.outbox[next].0 != self.local {
+                next += 1;
+                continue;
             }
+            let Some((local, message)) = self.outbox.remove(next) else {
+                break;
+            };
+            rounds += 1;
+            self.dispatch(now, &local, message);
+            debug_assert!(rounds < 10_000_000, "local message loop does not settle");
         }
-        self.outbox = remote;
         self.check_leases(now);
         self.announce_serving(now);
         self.try_transfer(now);

@@ -160,23 +160,19 @@
 //!   (the node's driver does).
 //! - **Blocking** (Unix): [`Transport::blocking`](conclave_lock_api::Transport::blocking)
 //!   returns the mesh as a [`BlockingRecv`](conclave_lock_api::BlockingRecv). `recv_blocking`
-//!   runs the same drive step, then waits on the listener, every connection that can make
-//!   progress (readable once connected; writable while connecting or with bytes queued) and a
-//!   pipe, the doorbell; its timeout is capped at the mesh's next deadline (connect,
-//!   handshake, idle or wind-down timeout, paused accepts). On Linux and Android it waits in
-//!   `epoll_wait` on one epoll instance per mesh, whose interest list each step brings up to
-//!   date (a system call only for what changed), so a wait costs the same whatever the number
-//!   of connections; elsewhere in `poll(2)` on a snapshot of the sockets. The reactor is not
+//!   runs the same drive step, then waits in `poll(2)` on the listener, every connection that
+//!   can make progress (readable once connected; writable while connecting or with bytes
+//!   queued) and a pipe, the doorbell; its timeout is capped at the mesh's next deadline
+//!   (connect, handshake, idle or wind-down timeout, paused accepts). The reactor is not
 //!   involved: the kernel wakes the thread directly. `try_recv` runs the drive step; if that
-//!   finds no frame, it asks for ready sockets without waiting and, if any is ready, runs the
-//!   drive step once more. It may run on any thread, even while another blocks in
-//!   `recv_blocking`. `interrupt` rings the doorbell.
+//!   finds no frame, it polls the sockets without waiting and, if any is ready, runs the drive
+//!   step once more. It may run on any thread, even while another blocks in `recv_blocking`.
+//!   `interrupt` rings the doorbell.
 //!
 //! In both modes `send_to` may run on other threads meanwhile; one that leaves work behind
 //! (bytes queued, a connect started) wakes the receiver: a pending `recv` through an event, a
 //! thread blocked in `poll` through the doorbell, rung only when that thread's `poll` does not
-//! cover the new work already (so a frame the kernel takes at once costs no wake-up; with
-//! epoll, a socket that needs watching for something else is added to the wait instead). The
+//! cover the new work already (so a frame the kernel takes at once costs no wake-up). The
 //! modes may be mixed on one mesh, though each then also wakes for the other's work.
 //! [`Transport::close`](conclave_lock_api::Transport::close) flushes for up to
 //! [`TcpConfig::close_timeout`], then closes every connection with FIN.

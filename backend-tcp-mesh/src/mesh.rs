@@ -45,7 +45,7 @@ const BACKLOG: i32 = 1024;
 /// pending `recv`.
 ///
 /// On Unix the mesh also has a blocking receive ([`Transport::blocking`], [`BlockingRecv`]):
-/// the same work, done by a thread that waits on the mesh's sockets (epoll on Linux) instead of
+/// the same work, done by a thread that waits in `poll(2)` on the mesh's sockets instead of
 /// in the reactor. Keep a thread in `recv_blocking` (or calling `try_recv` often) in that
 /// mode, as you would keep a `recv` pending in the other.
 ///

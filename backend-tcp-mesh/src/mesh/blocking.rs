@@ -30,7 +30,7 @@ impl BlockingRecv for TcpMesh {
     /// mesh's own deadlines (connect, handshake, idle and wind-down timeouts, paused accepts).
     ///
     /// # Errors
-    /// `NotConnected` once the mesh is closed; an error of the wait (out of memory, ...).
+    /// `NotConnected` once the mesh is closed; an error of `poll` (out of memory, ...).
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
         // A timeout too long to add to an instant waits without limit; callers loop anyway.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));

@@ -61,8 +61,7 @@ pub(crate) struct Auth {
 pub(crate) enum Mode {
     /// The async-io reactor: a socket that would block registers its waker (`Transport::recv`).
     Async,
-    /// The caller's own wait (epoll or `poll(2)`): nothing is registered with the reactor
-    /// (`BlockingRecv`).
+    /// The caller's own `poll(2)`: nothing is registered (`BlockingRecv`).
     #[cfg_attr(not(unix), allow(dead_code))]
     Blocking,
 }
@@ -118,7 +117,7 @@ pub(crate) struct State {
     /// A blocking drive served sockets without registering them with the reactor: the next
     /// async drive serves every socket once, which registers those still blocked.
     unarmed: bool,
-    /// The threads blocked in the wait (epoll or `poll(2)`), and what they watch.
+    /// The threads blocked in `poll(2)`, and what they watch.
     #[cfg(unix)]
     sleepers: Sleepers,
     stats: TcpStats,

@@ -1,23 +1,18 @@
-//! The blocking receive (Unix): the driver's thread waits on the mesh's sockets, in
-//! `epoll_wait` on Linux and Android (one epoll instance per mesh, so a wait costs the same
-//! however many members there are), in `poll(2)` elsewhere.
+//! The blocking receive (Unix): the driver's thread waits in `poll(2)` on the mesh's sockets.
 
 use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use conclave_lock_api::{BlockingRecv, Datagram};
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::TcpMesh;
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-use crate::state::Handle;
-use crate::state::{closed, Mode, Step};
+use crate::state::{closed, Handle, Mode, Step};
 use crate::wake::Token;
 
-/// The driver's thread waits (epoll or `poll(2)`) on the listener, every connection that can
-/// make progress and the doorbell's pipe, so the kernel wakes it directly when bytes arrive, with
+/// The driver's thread waits in `poll(2)` on the listener, every connection that can make
+/// progress and the doorbell's pipe, so the kernel wakes it directly when bytes arrive, with
 /// no reactor thread on the way. Each wake-up runs the drive step of [`Transport::recv`]
 /// (accepts, connects, flushes, reads, timeouts) without registering anything with the
 /// reactor.
@@ -34,7 +29,7 @@ impl BlockingRecv for TcpMesh {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
         // A timeout too long to add to an instant waits without limit; callers loop anyway.
         let until = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut waiter = Waiter::default();
+        let mut handles: Vec<(Token, Handle, PollFlags)> = Vec::new();
         let mut polled = false;
         loop {
             let now = Instant::now();
@@ -51,12 +46,38 @@ impl BlockingRecv for TcpMesh {
                 (Some(deadline), Some(until)) => Some(deadline.min(until)),
                 (deadline, until) => deadline.or(until),
             };
-            let waited = waiter.wait(self, state, wake_at);
-            let rung = match waited {
-                Ok(rung) => rung,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => return Ok(None),
-                Err(error) => return Err(error),
-            };
+            state.sleep(wake_at, &mut handles);
+            drop(state);
+
+            // Too long for a timespec: no limit.
+            let timeout = wake_at.and_then(|at| {
+                Timespec::try_from(at.saturating_duration_since(Instant::now())).ok()
+            });
+            let mut fds: Vec<PollFd<'_>> = handles
+                .iter()
+                .map(|(_, socket, flags)| PollFd::new(socket, *flags))
+                .collect();
+            fds.push(PollFd::from_borrowed_fd(
+                self.bell.pipe().read_end(),
+                PollFlags::IN,
+            ));
+            let result = rustix::event::poll(&mut fds, timeout.as_ref());
+            let rung = fds.last().is_some_and(|fd| !fd.revents().is_empty());
+            self.lock().woke(
+                handles
+                    .iter()
+                    .zip(&fds)
+                    .filter(|(_, fd)| !fd.revents().is_empty())
+                    .map(|((token, _, _), _)| *token),
+            );
+            drop(fds);
+            // Outside the lock: the last handle of a connection dropped meanwhile closes it.
+            handles.clear();
+            match result {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => return Ok(None),
+                Err(errno) => return Err(errno.into()),
+            }
             if rung {
                 self.bell.pipe().answer();
                 if self.interrupted.swap(false, Ordering::SeqCst) {
@@ -92,79 +113,5 @@ impl BlockingRecv for TcpMesh {
     fn interrupt(&self) {
         self.interrupted.store(true, Ordering::SeqCst);
         self.bell.wake_blocked();
-    }
-}
-
-/// One thread's wait for the mesh's sockets and the doorbell, with what it reuses between
-/// waits.
-#[derive(Default)]
-struct Waiter {
-    /// The tokens found ready (epoll).
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    ready: Vec<Token>,
-    /// The sockets watched (`poll(2)`).
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    handles: Vec<(Token, Handle, PollFlags)>,
-}
-
-impl Waiter {
-    /// Counts as a sleeper in `state`, releases the lock and waits until a watched socket is
-    /// ready, the pipe rings or `wake_at`; then schedules the ready sockets. Returns whether
-    /// the pipe rang; an `Interrupted` error for a signal.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn wait(
-        &mut self,
-        mesh: &TcpMesh,
-        mut state: std::sync::MutexGuard<'_, crate::state::State>,
-        wake_at: Option<Instant>,
-    ) -> io::Result<bool> {
-        let ready = state.sleep(wake_at)?;
-        drop(state);
-        let timeout = wake_at.map(|at| at.saturating_duration_since(Instant::now()));
-        self.ready.clear();
-        let result = ready.wait(timeout, &mut self.ready);
-        mesh.lock().woke(self.ready.drain(..));
-        result
-    }
-
-    /// As above, with `poll(2)` on a snapshot of the watch list.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn wait(
-        &mut self,
-        mesh: &TcpMesh,
-        mut state: std::sync::MutexGuard<'_, crate::state::State>,
-        wake_at: Option<Instant>,
-    ) -> io::Result<bool> {
-        state.sleep(wake_at, &mut self.handles);
-        drop(state);
-        // Too long for a timespec: no limit.
-        let timeout = wake_at
-            .and_then(|at| Timespec::try_from(at.saturating_duration_since(Instant::now())).ok());
-        let mut fds: Vec<PollFd<'_>> = self
-            .handles
-            .iter()
-            .map(|(_, socket, flags)| PollFd::new(socket, *flags))
-            .collect();
-        fds.push(PollFd::from_borrowed_fd(
-            mesh.bell.pipe().read_end(),
-            PollFlags::IN,
-        ));
-        let result = rustix::event::poll(&mut fds, timeout.as_ref());
-        let rung = fds.last().is_some_and(|fd| !fd.revents().is_empty());
-        mesh.lock().woke(
-            self.handles
-                .iter()
-                .zip(&fds)
-                .filter(|(_, fd)| !fd.revents().is_empty())
-                .map(|((token, _, _), _)| *token),
-        );
-        drop(fds);
-        // Outside the lock: the last handle of a connection dropped meanwhile closes it.
-        self.handles.clear();
-        match result {
-            Ok(_) => Ok(rung),
-            Err(rustix::io::Errno::INTR) => Err(io::ErrorKind::Interrupted.into()),
-            Err(errno) => Err(errno.into()),
-        }
     }
 }

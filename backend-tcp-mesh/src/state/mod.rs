@@ -34,7 +34,7 @@ mod handshake;
 #[cfg(unix)]
 mod watch;
 
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+#[cfg(unix)]
 pub(crate) use watch::Handle;
 #[cfg(unix)]
 use watch::Sleepers;

@@ -141,7 +141,11 @@ mod tests {
     use super::*;
     use crate::test_support::member;
 
-    fn rebuild(bases: &Bases, message: &GmsMessage) -> Result<View, DeltaError> {
+    /// The fields of an `InstallViewDelta`: epoch, base epoch, base digest, who left, who
+    /// joined, digest.
+    type Fields = (u64, u64, u64, Vec<u128>, Vec<MemberId>, u64);
+
+    fn fields(message: GmsMessage) -> Fields {
         let GmsMessage::InstallViewDelta {
             epoch,
             base_epoch,
@@ -153,7 +157,12 @@ mod tests {
         else {
             panic!("not a delta: {message:?}");
         };
-        bases.rebuild(*epoch, *base_epoch, *base_digest, left, joined, *digest)
+        (epoch, base_epoch, base_digest, left, joined, digest)
+    }
+
+    fn rebuild(bases: &Bases, message: &GmsMessage) -> Result<View, DeltaError> {
+        let (epoch, base_epoch, base_digest, left, joined, digest) = fields(message.clone());
+        bases.rebuild(epoch, base_epoch, base_digest, &left, &joined, digest)
     }
 
     #[test]
@@ -193,17 +202,7 @@ mod tests {
         assert_eq!(rebuild(&Bases::default(), &delta), Err(DeltaError::NoBase));
         let mut bases = Bases::default();
         bases.remember(&base);
-        let GmsMessage::InstallViewDelta {
-            epoch,
-            base_epoch,
-            base_digest,
-            left,
-            joined,
-            digest,
-        } = delta
-        else {
-            unreachable!()
-        };
+        let (epoch, base_epoch, base_digest, left, joined, digest) = fields(delta);
         let wrong = bases.rebuild(epoch, base_epoch, base_digest, &left, &joined, digest ^ 1);
         assert_eq!(wrong, Err(DeltaError::Mismatch));
         let unknown_leaver = bases.rebuild(epoch, base_epoch, base_digest, &[99], &[], digest);

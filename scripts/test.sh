@@ -9,7 +9,8 @@
 # default 4 per size and profile) and CONCLAVE_LARGE_LOCK_SEEDS (locking, default 1 per size,
 # policy and profile). Leases per acquisition: CONCLAVE_LEASE_SEEDS / CONCLAVE_LEASE_HARSH_SEEDS
 # (200 / 60 per policy); grantor transfers (Available): CONCLAVE_TRANSFER_SEEDS /
-# CONCLAVE_TRANSFER_HARSH_SEEDS (300 / 100).
+# CONCLAVE_TRANSFER_HARSH_SEEDS (300 / 100). Quiet requests (`lock_quiet`), both policies:
+# CONCLAVE_QUIET_SEEDS / CONCLAVE_QUIET_HARSH_SEEDS (150 / 50 per policy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo test --workspace --all-features --release -- --nocapture

@@ -101,6 +101,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 wait: true,
                 stamp: 1,
                 lease_ms: Some(5_000),
+                quiet: true,
             }),
         ),
         (
@@ -267,6 +268,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     wait: true,
                     stamp: 1,
                     lease_ms: None,
+                    quiet: false,
                 },
             },
         ),
@@ -515,6 +517,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
             mode: LockMode::Exclusive,
             wait: true,
             timeout_ms: Some(500),
+            quiet: false,
         },
         Step::Advance(100),
         from(
@@ -582,6 +585,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
             mode: LockMode::Shared,
             wait: false,
             timeout_ms: None,
+            quiet: true,
         },
         from(
             1,

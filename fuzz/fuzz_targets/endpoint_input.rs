@@ -154,6 +154,7 @@ fuzz_target!(|data: &[u8]| {
                 mode,
                 wait,
                 timeout_ms,
+                quiet,
             } => {
                 let request = LockRequest {
                     owner,
@@ -166,7 +167,13 @@ fuzz_target!(|data: &[u8]| {
                         .filter(|ms| ms % 3 == 0)
                         .map(|ms| Duration::from_millis(u64::from(ms))),
                 };
-                requests.push(endpoint.lock(now, request));
+                if quiet {
+                    if let Ok(id) = endpoint.lock_quiet(now, None, request) {
+                        requests.push(id);
+                    }
+                } else {
+                    requests.push(endpoint.lock(now, request));
+                }
             }
             Step::Unlock(pick) => {
                 if let Some(&request) = pick_one(&requests, pick) {

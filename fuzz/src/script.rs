@@ -71,6 +71,8 @@ pub enum Step {
         wait: bool,
         /// A timeout, in milliseconds.
         timeout_ms: Option<u16>,
+        /// Ask not to be told that the request was queued (`lock_quiet`).
+        quiet: bool,
     },
     /// Unlock the request made so far with this index (modulo their number).
     Unlock(u8),
@@ -108,6 +110,7 @@ impl<'a> Reader<'a> {
                 mode: self.mode(),
                 wait: self.flag(),
                 timeout_ms: self.flag().then(|| self.u16()),
+                quiet: self.flag(),
             },
             10 => Step::Unlock(self.u8()),
             11 => Step::Cancel(self.u8()),
@@ -343,6 +346,7 @@ impl<'a> Reader<'a> {
                 wait: self.flag(),
                 stamp: self.num(),
                 lease_ms: self.option(Self::num),
+                quiet: self.flag(),
             },
             6 => LockMessage::Renew {
                 stamp: self.num(),
@@ -496,6 +500,7 @@ impl Writer {
                 mode,
                 wait,
                 timeout_ms,
+                quiet,
             } => {
                 self.u8(9);
                 self.num(*owner);
@@ -506,6 +511,7 @@ impl Writer {
                 if let Some(ms) = timeout_ms {
                     self.u16(*ms);
                 }
+                self.flag(*quiet);
             }
             Step::Unlock(pick) => self.out.extend([10, *pick]),
             Step::Cancel(pick) => self.out.extend([11, *pick]),
@@ -755,6 +761,7 @@ impl Writer {
                 wait,
                 stamp,
                 lease_ms,
+                quiet,
             } => {
                 self.u8(5);
                 self.request(request);
@@ -764,6 +771,7 @@ impl Writer {
                 self.flag(*wait);
                 self.num(*stamp);
                 self.option(lease_ms.as_ref(), |w, v| w.num(*v));
+                self.flag(*quiet);
             }
             LockMessage::ExtendLease {
                 request,

@@ -87,6 +87,11 @@ pub enum LockEvent {
     /// that request's `Locked`. Waiters are granted in queue order: a request told `position`
     /// is granted after the `position − 1` requests queued ahead of it (of any member) unless
     /// they give up, and before any request queued later.
+    ///
+    /// Reported for requests made while the events were being listened to: a request made
+    /// when nobody listened may not be told it was queued (the node then saves the grantor
+    /// that message), so a listener that subscribes while it waits sees its `Locked` without
+    /// a `Waiting` before it.
     Waiting {
         /// The lock.
         name: LockName,

@@ -412,19 +412,23 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_lock_mode(),
             any::<bool>(),
             arb_u64(),
-            prop::option::of(arb_u64())
+            prop::option::of(arb_u64()),
+            any::<bool>()
         )
-            .prop_map(|(request, name, owner, mode, wait, stamp, lease_ms)| {
-                LockMessage::Lock {
-                    request,
-                    name,
-                    owner,
-                    mode,
-                    wait,
-                    stamp,
-                    lease_ms,
+            .prop_map(
+                |(request, name, owner, mode, wait, stamp, lease_ms, quiet)| {
+                    LockMessage::Lock {
+                        request,
+                        name,
+                        owner,
+                        mode,
+                        wait,
+                        stamp,
+                        lease_ms,
+                        quiet,
+                    }
                 }
-            }),
+            ),
         (arb_request_id(), arb_lock_name(), arb_u64(), arb_u64()).prop_map(
             |(request, name, lease_ms, stamp)| LockMessage::ExtendLease {
                 request,
@@ -1621,4 +1625,37 @@ fn packet_body_with_sender(sender: &[u8]) -> Vec<u8> {
         }),
     ]
     .concat()
+}
+
+/// PINNED WIRE FORMAT: a request that does not ask to be quiet encodes exactly as before the
+/// `quiet` field existed, so members that predate it decode it; one that asks carries the field,
+/// and bytes without it decode as not quiet.
+#[test]
+fn golden_lock_message_and_its_quiet_flag() {
+    const GOLDEN: &str = "a1644c6f636ba1644c6f636ba66772657175657374182a646e616d65686f72646572732f37656f776e6572a2666d656d626572a36b696e6361726e6174696f6e01646e616d65616e6461646472a1625634828418c0000201191e78656c6f63616c03646d6f6465694578636c75736976656477616974f5657374616d7009";
+    let lock = |quiet| {
+        Message::Lock(LockMessage::Lock {
+            request: RequestId(42),
+            name: LockName::new("orders/7").expect("valid"),
+            owner: OwnerId {
+                member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800)))
+                    .expect("valid"),
+                local: 3,
+            },
+            mode: LockMode::Exclusive,
+            wait: true,
+            stamp: 9,
+            lease_ms: None,
+            quiet,
+        })
+    };
+    let loud = wire::encode_message(&lock(false)).expect("encodes");
+    assert_eq!(hex(&loud), GOLDEN, "the wire format changed");
+    assert_eq!(wire::decode_message(&loud), Ok(lock(false)));
+    let quiet = wire::encode_message(&lock(true)).expect("encodes");
+    assert!(
+        hex(&quiet).contains(&hex(b"quiet")),
+        "the flag is on the wire"
+    );
+    assert_eq!(wire::decode_message(&quiet), Ok(lock(true)));
 }

@@ -96,7 +96,7 @@ impl Inner {
     ) -> Self {
         Self {
             member: endpoint.local().clone(),
-            shared: Mutex::new(Shared::new(endpoint)),
+            shared: Mutex::new(Shared::new(endpoint, spin_wait)),
             commands,
             transport,
             origin: std::time::Instant::now(),
@@ -238,6 +238,9 @@ pub(crate) struct Slot {
     pub(crate) spin_until: Option<std::time::Instant>,
     /// The grantor queued the request behind another owner.
     queued: bool,
+    /// When the request was made, if it asked not to be told it was queued: its grant then
+    /// counts as unqueued only if it came within the spin (see [`crate::contention`]).
+    quiet_since: Option<Instant>,
 }
 
 impl Slot {
@@ -316,12 +319,16 @@ pub(crate) struct Shared {
     unsaved: Option<u64>,
     /// The locks contended here, whose waiters sleep instead of spinning.
     contention: Contention,
+    /// [`crate::NodeBuilder::spin_wait`]: a quiet request granted within it was not queued
+    /// for long enough to count as contended.
+    spin_wait: std::time::Duration,
 }
 
 impl Shared {
-    fn new(endpoint: Endpoint) -> Self {
+    fn new(endpoint: Endpoint, spin_wait: std::time::Duration) -> Self {
         Self {
             endpoint,
+            spin_wait,
             phase: Phase::Running,
             view: None,
             slots: BTreeMap::new(),
@@ -354,13 +361,16 @@ impl Shared {
         request: conclave_protocol::locking::LockRequest,
     ) -> Result<RequestId, LockError> {
         let (name, owner, mode) = (request.name.clone(), request.owner, request.mode);
-        let id = match service {
-            None => self.endpoint.lock(now, request),
-            Some(service) => self
-                .endpoint
-                .lock_in(now, service, request)
-                .map_err(|_| LockError::TooManyServices)?,
-        };
+        // A wait for a lock known contended here, that nobody watches, does not need the
+        // grantor's `Queued` (see `crate::contention`).
+        let listened = self.front_mut(service).is_listened();
+        let quiet = self.contention.wants_quiet(&name, request.wait, listened);
+        let id = match (service, quiet) {
+            (_, true) => self.endpoint.lock_quiet(now, service, request),
+            (None, false) => Ok(self.endpoint.lock(now, request)),
+            (Some(service), false) => self.endpoint.lock_in(now, service, request),
+        }
+        .map_err(|_| LockError::TooManyServices)?;
         self.slots.insert(
             id,
             Slot {
@@ -374,6 +384,7 @@ impl Shared {
                 released: false,
                 spin_until: None,
                 queued: false,
+                quiet_since: quiet.then_some(now),
             },
         );
         Ok(id)
@@ -554,9 +565,11 @@ impl Shared {
                 token,
             } => match self.slots.get_mut(&request) {
                 Some(slot) if slot.outcome.is_none() => {
-                    if !slot.queued {
-                        self.contention.granted_unqueued(&slot.name);
-                    }
+                    let waited = slot
+                        .quiet_since
+                        .map(|since| now.saturating_duration_since(since));
+                    self.contention
+                        .granted(&slot.name, slot.queued, waited, self.spin_wait);
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);

@@ -494,6 +494,25 @@ impl Endpoint {
         Ok(id)
     }
 
+    /// Asks for a lock in the default service (`service` `None`) or a named one, without
+    /// being told that it was queued. See [`LockService::lock_quiet`].
+    ///
+    /// # Errors
+    /// [`TooManyServices`] if the service is not open and cannot be opened.
+    pub fn lock_quiet(
+        &mut self,
+        now: Instant,
+        service: Option<&ServiceName>,
+        request: LockRequest,
+    ) -> Result<RequestId, TooManyServices> {
+        let id = match service {
+            None => self.locks.lock_quiet(now, request),
+            Some(service) => self.opened(now, service)?.lock_quiet(now, request),
+        };
+        self.pump(now);
+        Ok(id)
+    }
+
     /// Asks the grantor of the named service `service` for its lock table (see
     /// [`Endpoint::query_table`]); the answer comes as [`EndpointEvent::ServiceLock`].
     ///

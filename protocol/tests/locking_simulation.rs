@@ -644,6 +644,61 @@ fn service_seeds_run_clean() {
     }
 }
 
+/// The quiet-requests band: half the waiting requests ask the grantor not to say they were
+/// queued (`lock_quiet`), in the default service and in named ones (the named-services
+/// workload), both policies, gentle and harsh (`CONCLAVE_QUIET_SEEDS` /
+/// `CONCLAVE_QUIET_HARSH_SEEDS` per policy). A quiet request must wait its turn like any
+/// other: every checker runs as in the other bands.
+#[test]
+fn quiet_request_seeds_run_clean() {
+    let gentle = env_u64(
+        "CONCLAVE_QUIET_SEEDS",
+        if cfg!(debug_assertions) { 8 } else { 150 },
+    );
+    let harsh = env_u64(
+        "CONCLAVE_QUIET_HARSH_SEEDS",
+        if cfg!(debug_assertions) { 4 } else { 50 },
+    );
+    let quiet = |mut config: SimConfig| {
+        if let Some(workload) = config.workload.as_mut() {
+            workload.quiet = 0.5;
+        }
+        config
+    };
+    for (policy, label) in [
+        (PartitionPolicy::Available, "Available"),
+        (MAJORITY, "Majority"),
+    ] {
+        let name = format!("{label}, quiet requests");
+        let total = assert_clean(
+            &name,
+            run_seeds(
+                &quiet(with_services(SimConfig::locking(policy))),
+                &[],
+                gentle,
+            ),
+        );
+        let harsh_name = format!("{label}, quiet requests (harsh)");
+        let harsh_total = assert_clean(
+            &harsh_name,
+            run_seeds(
+                &quiet(with_services(SimConfig::locking_harsh(policy))),
+                &[],
+                harsh,
+            ),
+        );
+        assert_harsh(&harsh_name, &harsh_total);
+        for (name, t) in [(&name, &total), (&harsh_name, &harsh_total)] {
+            let waits = t.grantor.quiet_waits + t.named_services.quiet_waits;
+            assert!(waits > 0, "{name}: no request was queued quietly");
+            assert!(
+                t.named_services.quiet_waits > 0,
+                "{name}: no quiet wait in a named service"
+            );
+        }
+    }
+}
+
 /// Named services under `Majority` grant under the member's term: a named service that
 /// grants without it (no majority's support, no grace period after a takeover) is caught.
 /// The window is narrow (the minority's holders lose their locks when they install their
@@ -759,6 +814,7 @@ fn replay() {
         for (var, share) in [
             ("CONCLAVE_SIM_LEASED", &mut workload.leased),
             ("CONCLAVE_SIM_TRANSFER", &mut workload.transfer),
+            ("CONCLAVE_SIM_QUIET", &mut workload.quiet),
         ] {
             if let Ok(value) = std::env::var(var) {
                 *share = value.parse().expect("a share between 0 and 1");

@@ -327,6 +327,12 @@ pub enum LockMessage {
         /// it grants it unless it was released before (`None`: held until released).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
+        /// The client does not want [`LockMessage::Queued`] if the request has to wait: it
+        /// learns nothing from it that it uses (no one listens for waits, and it knows the
+        /// lock is contended), and each one costs the grantor a datagram. Absent means
+        /// `false`, so members that predate it still get `Queued`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        quiet: bool,
     },
     /// Client → grantor: extend the lease of a hold to at least `lease_ms` from now (a
     /// reentrant re-lock with a lease). Answered, if the grantor has the hold, by

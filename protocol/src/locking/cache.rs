@@ -377,6 +377,7 @@ impl LockService {
             true,
             None,
             None,
+            false,
             &mut self.outbox,
         );
         self.cache.stats.node_grants_asked += 1;
@@ -406,6 +407,7 @@ impl LockService {
                 true,
                 timeout,
                 None,
+                false,
                 &mut self.outbox,
             );
         }

@@ -35,6 +35,8 @@ struct Pending {
     told_queued: bool,
     /// The hold's own lease (`lock_with_lease`).
     lease: Option<Duration>,
+    /// Ask the grantor not to send `Queued` (see [`LockMessage::Lock`]).
+    quiet: bool,
 }
 
 /// A lock this member holds.
@@ -220,10 +222,13 @@ impl Client {
         wait: bool,
         timeout: Option<std::time::Duration>,
         lease: Option<Duration>,
+        quiet: bool,
         out: &mut Outbox,
     ) -> RequestId {
         let request = self.next_id();
-        self.lock_with_id(now, request, owner, name, mode, wait, timeout, lease, out);
+        self.lock_with_id(
+            now, request, owner, name, mode, wait, timeout, lease, quiet, out,
+        );
         request
     }
 
@@ -240,6 +245,7 @@ impl Client {
         wait: bool,
         timeout: Option<std::time::Duration>,
         lease: Option<Duration>,
+        quiet: bool,
         out: &mut Outbox,
     ) {
         let mut pending = Pending {
@@ -252,6 +258,7 @@ impl Client {
             given_back: BTreeMap::new(),
             told_queued: false,
             lease,
+            quiet,
         };
         if let Some(grantor) = self.grantor.clone() {
             let message = self.lock_message(now, request, &pending);
@@ -270,6 +277,7 @@ impl Client {
             wait: p.wait,
             stamp: self.stamp(now),
             lease_ms: p.lease.map(millis_up),
+            quiet: p.quiet,
         }
     }
 

@@ -95,6 +95,9 @@ pub struct GrantorStats {
     pub handoffs: u64,
     /// Lock tables taken over from the previous grantor of the view (`become_grantor`).
     pub transfers: u64,
+    /// Requests queued behind another owner without a `Queued` message, because they asked
+    /// not to be told ([`crate::locking::LockService::lock_quiet`]).
+    pub quiet_waits: u64,
 }
 
 impl std::ops::AddAssign for GrantorStats {
@@ -112,6 +115,7 @@ impl std::ops::AddAssign for GrantorStats {
         self.lease_expiries += other.lease_expiries;
         self.handoffs += other.handoffs;
         self.transfers += other.transfers;
+        self.quiet_waits += other.quiet_waits;
     }
 }
 
@@ -626,6 +630,7 @@ impl Grantor {
                         wait: p.wait,
                         stamp: 0,
                         lease_ms: p.lease_ms,
+                        quiet: false,
                     },
                     out,
                 );
@@ -643,6 +648,7 @@ impl Grantor {
                 mode,
                 wait,
                 lease_ms,
+                quiet,
                 ..
             } => {
                 if owner.member != *from {
@@ -671,9 +677,12 @@ impl Grantor {
                         self.revoke_node_grants(&name, Some(&waiter.owner), out);
                         if wait {
                             let position = self.table.enqueue(&name, waiter);
-                            // Queued behind another owner: tell the client. (A request that
-                            // waits only for the grantor to be able to grant is not.)
-                            if !free {
+                            // Queued behind another owner: tell the client, unless it asked
+                            // not to be told. (A request that waits only for the grantor to
+                            // be able to grant is not.)
+                            if !free && quiet {
+                                self.stats.quiet_waits += 1;
+                            } else if !free {
                                 out.push_back((
                                     from.clone(),
                                     LockMessage::Queued { request, position },

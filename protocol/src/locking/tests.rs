@@ -308,6 +308,52 @@ fn lock_try_lock_fifo_and_release() {
 }
 
 #[test]
+fn a_quiet_request_waits_in_the_queue_without_a_queued_message() {
+    let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    let a = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    assert!(c.granted(2, a).is_some());
+    // What the grantor says to member 3 is held back, to be read.
+    c.slow_link(1, 3);
+    let now = c.now;
+    let quiet = c
+        .node(3)
+        .lock_quiet(now, LockRequest::exclusive(1, lock_name("x")));
+    let told = c
+        .node(3)
+        .lock(now, LockRequest::exclusive(2, lock_name("x")));
+    c.deliver();
+    let queued: Vec<RequestId> = c
+        .held_back
+        .iter()
+        .filter_map(|(_, _, m)| match m {
+            LockMessage::Queued { request, .. } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queued, [told], "only the request that wants it is told");
+    c.release_slow();
+    let notices = c.take_notices(3);
+    let queued_notices: Vec<RequestId> = notices
+        .iter()
+        .filter_map(|n| match n {
+            LockNotice::Queued { request, .. } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queued_notices, [told]);
+    // The quiet request still waits its turn, first in the queue.
+    c.unlock(2, a);
+    let t1 = c
+        .granted(3, quiet)
+        .expect("the quiet request is granted first");
+    assert!(c.granted(3, told).is_none());
+    c.unlock(3, quiet);
+    let t2 = c.granted(3, told).expect("then the other one");
+    assert!(t2 > t1);
+}
+
+#[test]
 fn a_queued_writer_holds_back_later_readers() {
     let mut c = Cluster::new(&[1, 2], LockConfig::local());
     c.install(1, &[1, 2], ViewOrigin::Founded);
@@ -780,6 +826,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
         wait: true,
         stamp: 0,
         lease_ms: None,
+        quiet: false,
     };
     c.stalled
         .get_mut(&member(1))

@@ -765,11 +765,13 @@ impl Simulation {
                 return;
             };
             match action {
-                Some(Action::Lock(request)) => {
+                Some(Action::Lock(request, quiet)) => {
                     slot.next_owner += 1;
-                    let id = match workload.service_of(a) {
-                        None => Some(endpoint.lock(local, request)),
-                        Some(service) => endpoint.lock_in(local, &service, request).ok(),
+                    let service = workload.service_of(a);
+                    let id = match (&service, quiet) {
+                        (_, true) => endpoint.lock_quiet(local, service.as_ref(), request).ok(),
+                        (None, false) => Some(endpoint.lock(local, request)),
+                        (Some(service), false) => endpoint.lock_in(local, service, request).ok(),
                     };
                     if let Some(id) = id {
                         slot.actors[a].waiting(&mut self.rng, self.now, &workload, id);
@@ -981,6 +983,9 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
         }
         if w.services > 0 {
             profile.push_str(&format!("CONCLAVE_SIM_SERVICES={} ", w.services));
+        }
+        if w.quiet > 0.0 {
+            profile.push_str(&format!("CONCLAVE_SIM_QUIET={} ", w.quiet));
         }
     }
     let nodes = if config.nodes == SimConfig::default().nodes {

@@ -132,18 +132,7 @@ impl Report {
 }
 
 fn add_grantor(total: &mut GrantorStats, s: &GrantorStats) {
-    total.grants += s.grants;
-    total.contended_grants += s.contended_grants;
-    total.reconciliations += s.reconciliations;
-    total.duplicates_resolved += s.duplicates_resolved;
-    total.late_reports += s.late_reports;
-    total.node_grants += s.node_grants;
-    total.revokes += s.revokes;
-    total.delegations += s.delegations;
-    total.delegation_revocations += s.delegation_revocations;
-    total.lease_expiries += s.lease_expiries;
-    total.handoffs += s.handoffs;
-    total.transfers += s.transfers;
+    *total += *s;
 }
 
 fn add_cache(total: &mut CacheStats, s: &CacheStats) {

@@ -40,6 +40,9 @@ pub struct Workload {
     /// lock names live in several independent namespaces, each with its own grantor.
     /// Default 0 (no random draw is made for it in any case).
     pub services: usize,
+    /// Share of waiting requests that ask the grantor not to say they were queued
+    /// (`lock_quiet`). Default 0 (no random draw then).
+    pub quiet: f64,
 }
 
 impl Workload {
@@ -67,6 +70,7 @@ impl Default for Workload {
             leased: 0.0,
             transfer: 0.0,
             services: 0,
+            quiet: 0.0,
         }
     }
 }
@@ -113,7 +117,8 @@ pub(crate) enum Actor {
 
 /// What an actor wants done to its node.
 pub(crate) enum Action {
-    Lock(LockRequest),
+    /// A request, and whether it asks not to be told it was queued.
+    Lock(LockRequest, bool),
     Cancel(RequestId),
     Unlock(RequestId),
     /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
@@ -175,15 +180,19 @@ impl Actor {
                     let longest = w.max_hold.as_millis().max(21) as u64;
                     Duration::from_millis(rng.between(20, longest))
                 });
+                let quiet = wait && w.quiet > 0.0 && rng.chance(w.quiet);
                 stats.requests += 1;
-                Some(Action::Lock(LockRequest {
-                    owner,
-                    name,
-                    mode,
-                    wait,
-                    timeout,
-                    lease,
-                }))
+                Some(Action::Lock(
+                    LockRequest {
+                        owner,
+                        name,
+                        mode,
+                        wait,
+                        timeout,
+                        lease,
+                    },
+                    quiet,
+                ))
             }
             Actor::Waiting {
                 request,

@@ -36,12 +36,20 @@ fn main() -> Result {
     Ok(())
 }
 
-/// Replaces the files of `dir` with `seeds`.
+/// Replaces the files of `dir` with `seeds`, keeping the `regression-*` entries (inputs the
+/// fuzzer found; when a script format changes they must be re-encoded by hand).
 fn write_all(dir: &PathBuf, seeds: Vec<(String, Vec<u8>)>) -> Result<usize> {
-    if dir.exists() {
-        fs::remove_dir_all(dir)?;
-    }
     fs::create_dir_all(dir)?;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let found = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("regression-"));
+        if !found {
+            fs::remove_file(path)?;
+        }
+    }
     for (name, bytes) in &seeds {
         fs::write(dir.join(name), bytes)?;
     }
@@ -507,6 +515,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     wait: true,
                     stamp: 1,
                     lease_ms: None,
+                    quiet: false,
                 }),
                 None,
             )),

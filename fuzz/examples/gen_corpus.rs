@@ -46,7 +46,7 @@ fn write_all(dir: &PathBuf, seeds: Vec<(String, Vec<u8>)>) -> Result<usize> {
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with("regression-"));
-        if !found {
+        if !found && path.is_file() {
             fs::remove_file(path)?;
         }
     }

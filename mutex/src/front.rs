@@ -56,9 +56,9 @@ impl Front {
         self.emit_with(|| event);
     }
 
-    /// Whether anyone listens to the events.
+    /// Whether anyone listens to the events (a listener whose stream was dropped does not).
     pub(crate) fn is_listened(&self) -> bool {
-        !self.event_subscribers.is_empty()
+        self.event_subscribers.iter().any(|s| !s.is_closed())
     }
 
     /// Emits the lock event `event` makes to every listener; with no listener, the event is

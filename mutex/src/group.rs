@@ -182,7 +182,7 @@ impl LockBackend for GroupBackend {
                 },
             )?;
             let effects = shared.settle(now);
-            shared.start_spin(id, || self.spin_deadline());
+            shared.start_spin(id, self.name(), || self.spin_deadline());
             (id, effects)
         };
         self.flush(effects);

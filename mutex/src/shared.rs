@@ -96,7 +96,7 @@ impl Inner {
     ) -> Self {
         Self {
             member: endpoint.local().clone(),
-            shared: Mutex::new(Shared::new(endpoint, spin_wait)),
+            shared: Mutex::new(Shared::new(endpoint)),
             commands,
             transport,
             origin: std::time::Instant::now(),
@@ -238,9 +238,8 @@ pub(crate) struct Slot {
     pub(crate) spin_until: Option<std::time::Instant>,
     /// The grantor queued the request behind another owner.
     queued: bool,
-    /// When the request was made, if it asked not to be told it was queued: its grant then
-    /// counts as unqueued only if it came within the spin (see [`crate::contention`]).
-    quiet_since: Option<Instant>,
+    /// The request asked not to be told that it was queued (see [`crate::contention`]).
+    quiet: bool,
 }
 
 impl Slot {
@@ -319,16 +318,12 @@ pub(crate) struct Shared {
     unsaved: Option<u64>,
     /// The locks contended here, whose waiters sleep instead of spinning.
     contention: Contention,
-    /// [`crate::NodeBuilder::spin_wait`]: a quiet request granted within it was not queued
-    /// for long enough to count as contended.
-    spin_wait: std::time::Duration,
 }
 
 impl Shared {
-    fn new(endpoint: Endpoint, spin_wait: std::time::Duration) -> Self {
+    fn new(endpoint: Endpoint) -> Self {
         Self {
             endpoint,
-            spin_wait,
             phase: Phase::Running,
             view: None,
             slots: BTreeMap::new(),
@@ -364,7 +359,9 @@ impl Shared {
         // A wait for a lock known contended here, that nobody watches, does not need the
         // grantor's `Queued` (see `crate::contention`).
         let listened = self.front_mut(service).is_listened();
-        let quiet = self.contention.wants_quiet(&name, request.wait, listened);
+        let quiet = self
+            .contention
+            .wants_quiet(service, &name, request.wait, listened);
         let id = match (service, quiet) {
             (_, true) => self.endpoint.lock_quiet(now, service, request),
             (None, false) => Ok(self.endpoint.lock(now, request)),
@@ -384,22 +381,28 @@ impl Shared {
                 released: false,
                 spin_until: None,
                 queued: false,
-                quiet_since: quiet.then_some(now),
+                quiet,
             },
         );
         Ok(id)
     }
 
-    /// Starts the spin of `request`'s wait, until `until()`, unless it was answered already,
-    /// the grantor queued it, or its lock is contended here (see [`crate::contention`]).
-    /// `until` reads the clock, so it is called only for a wait that will spin.
+    /// Starts the spin of `request`'s wait (in the named service `service`, or the default
+    /// one), until `until()`, unless it was answered already, the grantor queued it, it is
+    /// quiet, or its lock is contended here (see [`crate::contention`]). `until` reads the
+    /// clock, so it is called only for a wait that will spin.
     pub(crate) fn start_spin(
         &mut self,
         request: RequestId,
+        service: Option<&ServiceName>,
         until: impl FnOnce() -> Option<std::time::Instant>,
     ) {
         if let Some(slot) = self.slots.get_mut(&request) {
-            if slot.outcome.is_none() && !slot.queued && !self.contention.is_contended(&slot.name) {
+            if slot.outcome.is_none()
+                && !slot.queued
+                && !slot.quiet
+                && !self.contention.is_contended(service, &slot.name)
+            {
                 slot.spin_until = until();
             }
         }
@@ -565,11 +568,8 @@ impl Shared {
                 token,
             } => match self.slots.get_mut(&request) {
                 Some(slot) if slot.outcome.is_none() => {
-                    let waited = slot
-                        .quiet_since
-                        .map(|since| now.saturating_duration_since(since));
                     self.contention
-                        .granted(&slot.name, slot.queued, waited, self.spin_wait);
+                        .granted(service, &slot.name, slot.queued, slot.quiet);
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);
@@ -599,7 +599,7 @@ impl Shared {
                     slot.queued = true;
                     slot.spin_until = None;
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
-                    self.contention.queued(&name);
+                    self.contention.queued(service, &name);
                     let owner = self.owner_id(owner);
                     self.front_mut(service).emit_with(|| LockEvent::Waiting {
                         name,

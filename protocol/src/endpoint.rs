@@ -495,7 +495,8 @@ impl Endpoint {
     }
 
     /// Asks for a lock in the default service (`service` `None`) or a named one, without
-    /// being told that it was queued. See [`LockService::lock_quiet`].
+    /// being told that it was queued; the answer comes as [`EndpointEvent::Lock`] (default
+    /// service) or [`EndpointEvent::ServiceLock`]. See [`LockService::lock_quiet`].
     ///
     /// # Errors
     /// [`TooManyServices`] if the service is not open and cannot be opened.

@@ -540,13 +540,15 @@ impl LockService {
     }
 
     /// Asks for a lock like [`LockService::lock`], but asks the grantor not to say that the
-    /// request was queued: no [`LockNotice::Queued`] comes for it unless a node grant held on
-    /// this member queues it here, only the grant or refusal.
+    /// request was queued: the grantor queues it as any other, in order, and answers only
+    /// with the grant or refusal.
     ///
     /// Each `Queued` costs the grantor a datagram and this member a wake-up in the middle of
     /// every contended handoff. A caller that knows the lock is contended and has no use for
-    /// the queue position saves both. Grantors that predate this request flag send `Queued`
-    /// anyway.
+    /// the queue position saves both. A [`LockNotice::Queued`] may still come for it: from a
+    /// grantor that predates the flag, from a new grantor that rebuilt its table from this
+    /// member's report after a failover (the report does not carry the flag), and through
+    /// node caching (a request waiting here behind the node's own grant).
     pub fn lock_quiet(&mut self, now: Instant, request: LockRequest) -> RequestId {
         self.ask(now, request, true)
     }

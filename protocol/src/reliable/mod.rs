@@ -19,8 +19,8 @@
 //! - **Acknowledgements** are cumulative (`next_expected`) and owed after every data segment.
 //!   One rides on the next data segment to the peer (a grant acknowledges its request); a
 //!   lone [`Frame::Ack`] goes out only when no data came within [`Config::ack_delay`], or at
-//!   once for every second segment, a segment out of order or seen before, and one that fills
-//!   a gap.
+//!   once for every fourth segment ([`ACK_AT_ONCE_EVERY`]), a segment out of order or seen
+//!   before, and one that fills a gap.
 //! - **Sending** keeps at most `send_window` segments in flight. One retransmission timer per
 //!   peer resends the oldest unacknowledged segments with exponential backoff; a partial
 //!   acknowledgement during recovery, or the third duplicate one, resends the next hole at
@@ -115,6 +115,14 @@ use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
 
 pub use config::{Config, ConfigError, MAX_WINDOW};
+
+/// In-order segments from one peer after which an owed acknowledgement goes out at once
+/// instead of waiting for data to ride on. Four, not TCP's two: a member that releases a
+/// contended lock and asks for it again sends two segments to the grantor, whose next grant
+/// to it carries the acknowledgement a handoff or two later; acknowledging every second
+/// segment cost the grantor a lone datagram per handoff. A sender has at most
+/// `send_window` (256 by default) segments in flight, far above this.
+pub const ACK_AT_ONCE_EVERY: u32 = 4;
 pub use error::SendError;
 pub use stats::Stats;
 
@@ -334,7 +342,7 @@ impl Reliable {
         let key = TimerKey::Ack(from.clone());
         if !in_order
             || outcome != RecvOutcome::Accepted
-            || peer.unacked_received >= 2
+            || peer.unacked_received >= ACK_AT_ONCE_EVERY
             || self.config.ack_delay.is_zero()
         {
             peer.ack_now = true;

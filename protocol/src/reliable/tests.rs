@@ -109,18 +109,18 @@ fn small_messages_queued_together_leave_in_one_bundle() {
 }
 
 #[test]
-fn every_second_segment_is_acknowledged_at_once() {
+fn every_fourth_segment_is_acknowledged_at_once() {
     let mut p = Pair::new(delayed_acks(), 100);
-    p.a.send(ms(0), &p.idb, msg(1)).unwrap();
-    p.a.send(ms(0), &p.idb, msg(2)).unwrap();
+    let every = ACK_AT_ONCE_EVERY;
+    for i in 1..=every {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
     let mut segments = frames(&mut p.a).into_iter();
-    feed(
-        &mut p.b,
-        ms(1),
-        &p.ida,
-        segments.next().into_iter().collect(),
-    );
-    assert!(frames(&mut p.b).is_empty());
+    for _ in 1..every {
+        let one = segments.next().into_iter().collect();
+        feed(&mut p.b, ms(1), &p.ida, one);
+        assert!(frames(&mut p.b).is_empty(), "the acknowledgement waits");
+    }
     feed(&mut p.b, ms(1), &p.ida, segments.collect());
     let ack = frames(&mut p.b);
     assert_eq!(acks(&ack), 1);

@@ -1658,4 +1658,34 @@ fn golden_lock_message_and_its_quiet_flag() {
         "the flag is on the wire"
     );
     assert_eq!(wire::decode_message(&quiet), Ok(lock(true)));
+
+    // A member built before the flag existed: its `Lock` had every field but `quiet`. It
+    // reads a quiet request as an ordinary one (serde skips the field it does not know).
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldMessage {
+        Lock(OldLockMessage),
+    }
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldLockMessage {
+        Lock {
+            request: RequestId,
+            name: LockName,
+            owner: OwnerId,
+            mode: LockMode,
+            wait: bool,
+            #[serde(default)]
+            stamp: u64,
+            #[serde(default)]
+            lease_ms: Option<u64>,
+        },
+    }
+    let old: OldMessage =
+        ciborium::from_reader(quiet.as_slice()).expect("an older member decodes it");
+    let OldMessage::Lock(OldLockMessage::Lock {
+        request,
+        wait,
+        stamp,
+        ..
+    }) = old;
+    assert_eq!((request, wait, stamp), (RequestId(42), true, 9));
 }

@@ -19,6 +19,18 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A band's seed count: `var` if set, else `debug` in a debug build and `release` otherwise.
+fn seeds(var: &str, debug: u64, release: u64) -> u64 {
+    env_u64(
+        var,
+        if cfg!(debug_assertions) {
+            debug
+        } else {
+            release
+        },
+    )
+}
+
 const MAJORITY: PartitionPolicy = PartitionPolicy::Majority { cluster_size: 5 };
 
 /// Seeds that broke an earlier version of the locking protocol, kept forever, per policy.
@@ -36,10 +48,7 @@ const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663, 8012];
 const MAJORITY_REGRESSIONS: &[u64] = &[9, 64, 4728, 6019, 10586, 11456];
 
 fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
-    let count = env_u64(
-        "CONCLAVE_LOCK_SEEDS",
-        if cfg!(debug_assertions) { 25 } else { 1500 },
-    );
+    let count = seeds("CONCLAVE_LOCK_SEEDS", 25, 1500);
     run_seeds(
         &SimConfig::from_env_profile(Some(policy)),
         regressions,
@@ -49,10 +58,7 @@ fn run_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violat
 
 /// The harsh band the test command always runs (`CONCLAVE_LOCK_HARSH_SEEDS` per policy).
 fn run_harsh_band(policy: PartitionPolicy, regressions: &[u64]) -> (Report, Vec<Violation>, usize) {
-    let count = env_u64(
-        "CONCLAVE_LOCK_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 10 } else { 400 },
-    );
+    let count = seeds("CONCLAVE_LOCK_HARSH_SEEDS", 10, 400);
     run_seeds(&SimConfig::locking_harsh(policy), regressions, count)
 }
 
@@ -372,10 +378,7 @@ fn harsh_faults_catch_orphaned_members() {
 /// 0 in debug builds). Replay one with `CONCLAVE_SIM_NODES=64` beside the usual variables.
 #[test]
 fn large_clusters_lock_safely() {
-    let count = env_u64(
-        "CONCLAVE_LARGE_LOCK_SEEDS",
-        if cfg!(debug_assertions) { 0 } else { 1 },
-    );
+    let count = seeds("CONCLAVE_LARGE_LOCK_SEEDS", 0, 1);
     let mut failures = Vec::new();
     for nodes in [32, 64] {
         for policy in [PartitionPolicy::Available, MAJORITY] {
@@ -419,14 +422,8 @@ fn with_cache(mut config: SimConfig) -> SimConfig {
 /// (`CONCLAVE_CACHE_SEEDS` / `CONCLAVE_CACHE_HARSH_SEEDS` per policy).
 #[test]
 fn cached_seeds_run_clean() {
-    let gentle = env_u64(
-        "CONCLAVE_CACHE_SEEDS",
-        if cfg!(debug_assertions) { 10 } else { 300 },
-    );
-    let harsh = env_u64(
-        "CONCLAVE_CACHE_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 5 } else { 75 },
-    );
+    let gentle = seeds("CONCLAVE_CACHE_SEEDS", 10, 300);
+    let harsh = seeds("CONCLAVE_CACHE_HARSH_SEEDS", 5, 75);
     for policy in [PartitionPolicy::Available, MAJORITY] {
         let name = format!("{policy:?}, node cache");
         let total = assert_clean(
@@ -469,14 +466,8 @@ fn with_leases(mut config: SimConfig) -> SimConfig {
 /// frees the lock and grants it again.
 #[test]
 fn leased_seeds_run_clean() {
-    let gentle = env_u64(
-        "CONCLAVE_LEASE_SEEDS",
-        if cfg!(debug_assertions) { 10 } else { 200 },
-    );
-    let harsh = env_u64(
-        "CONCLAVE_LEASE_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 5 } else { 60 },
-    );
+    let gentle = seeds("CONCLAVE_LEASE_SEEDS", 10, 200);
+    let harsh = seeds("CONCLAVE_LEASE_HARSH_SEEDS", 5, 60);
     for policy in [PartitionPolicy::Available, MAJORITY] {
         let name = format!("{policy:?}, leases");
         let total = assert_clean(
@@ -514,14 +505,8 @@ fn with_transfers(mut config: SimConfig) -> SimConfig {
 /// view serves at any step.
 #[test]
 fn transfer_seeds_run_clean() {
-    let gentle = env_u64(
-        "CONCLAVE_TRANSFER_SEEDS",
-        if cfg!(debug_assertions) { 10 } else { 300 },
-    );
-    let harsh = env_u64(
-        "CONCLAVE_TRANSFER_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 5 } else { 100 },
-    );
+    let gentle = seeds("CONCLAVE_TRANSFER_SEEDS", 10, 300);
+    let harsh = seeds("CONCLAVE_TRANSFER_HARSH_SEEDS", 5, 100);
     let policy = PartitionPolicy::Available;
     let name = "Available, grantor transfers";
     // Regression seeds: 2 (a grant sent again carried no lease left), 70 (a late "holding"
@@ -573,14 +558,8 @@ fn with_services(mut config: SimConfig) -> SimConfig {
 /// table equal to what its members hold.
 #[test]
 fn service_seeds_run_clean() {
-    let gentle = env_u64(
-        "CONCLAVE_SERVICE_SEEDS",
-        if cfg!(debug_assertions) { 10 } else { 200 },
-    );
-    let harsh = env_u64(
-        "CONCLAVE_SERVICE_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 4 } else { 60 },
-    );
+    let gentle = seeds("CONCLAVE_SERVICE_SEEDS", 10, 200);
+    let harsh = seeds("CONCLAVE_SERVICE_HARSH_SEEDS", 4, 60);
     for (policy, label) in [
         (PartitionPolicy::Available, "Available"),
         (MAJORITY, "Majority"),
@@ -651,14 +630,8 @@ fn service_seeds_run_clean() {
 /// other: every checker runs as in the other bands.
 #[test]
 fn quiet_request_seeds_run_clean() {
-    let gentle = env_u64(
-        "CONCLAVE_QUIET_SEEDS",
-        if cfg!(debug_assertions) { 8 } else { 150 },
-    );
-    let harsh = env_u64(
-        "CONCLAVE_QUIET_HARSH_SEEDS",
-        if cfg!(debug_assertions) { 4 } else { 50 },
-    );
+    let gentle = seeds("CONCLAVE_QUIET_SEEDS", 8, 150);
+    let harsh = seeds("CONCLAVE_QUIET_HARSH_SEEDS", 4, 50);
     let quiet = |mut config: SimConfig| {
         if let Some(workload) = config.workload.as_mut() {
             workload.quiet = 0.5;

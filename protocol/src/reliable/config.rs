@@ -80,8 +80,8 @@ pub struct Config {
     ///
     /// In a request/response exchange (a lock request and its grant) the answer carries the
     /// acknowledgement, so no datagram is spent on it. An acknowledgement is sent at once,
-    /// whatever this says, for every fourth segment received ([`super::ACK_AT_ONCE_EVERY`]),
-    /// for a segment out of order or
+    /// whatever this says, on the fourth datagram received in order since the last one
+    /// ([`super::ACK_AT_ONCE_EVERY`], or `send_window` if smaller), for a segment out of order or
     /// received before, and for one that fills a gap, so bulk transfers and loss recovery do
     /// not wait. Senders must allow for it: their `retransmit_timeout` should exceed the
     /// round-trip time plus this.

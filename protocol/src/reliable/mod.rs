@@ -19,8 +19,9 @@
 //! - **Acknowledgements** are cumulative (`next_expected`) and owed after every data segment.
 //!   One rides on the next data segment to the peer (a grant acknowledges its request); a
 //!   lone [`Frame::Ack`] goes out only when no data came within [`Config::ack_delay`], or at
-//!   once for every fourth segment ([`ACK_AT_ONCE_EVERY`]), a segment out of order or seen
-//!   before, and one that fills a gap.
+//!   once on the fourth datagram received in order since the last acknowledgement
+//!   ([`ACK_AT_ONCE_EVERY`]; a bundle is one), for a segment out of order or seen before, and
+//!   for one that fills a gap.
 //! - **Sending** keeps at most `send_window` segments in flight. One retransmission timer per
 //!   peer resends the oldest unacknowledged segments with exponential backoff; a partial
 //!   acknowledgement during recovery, or the third duplicate one, resends the next hole at
@@ -116,12 +117,14 @@ use tracing::{debug, trace, warn};
 
 pub use config::{Config, ConfigError, MAX_WINDOW};
 
-/// In-order segments from one peer after which an owed acknowledgement goes out at once
-/// instead of waiting for data to ride on. Four, not TCP's two: a member that releases a
-/// contended lock and asks for it again sends two segments to the grantor, whose next grant
-/// to it carries the acknowledgement a handoff or two later; acknowledging every second
-/// segment cost the grantor a lone datagram per handoff. A sender has at most
-/// `send_window` (256 by default) segments in flight, far above this.
+/// Datagrams received in order from one peer since the last acknowledgement to it, after
+/// which the owed acknowledgement goes out at once instead of waiting for data to ride on (a
+/// bundle counts as one). Four, not TCP's two: a member that releases a contended lock and
+/// asks for it again sends two datagrams to the grantor, whose next grant to it carries the
+/// acknowledgement a handoff or two later; acknowledging every second datagram cost the
+/// grantor a lone one per handoff. With a `send_window` below four, the window is the count
+/// instead (peers use the same windows), so a sender that has filled its window never waits
+/// `ack_delay` for the acknowledgement.
 pub const ACK_AT_ONCE_EVERY: u32 = 4;
 pub use error::SendError;
 pub use stats::Stats;
@@ -253,8 +256,8 @@ impl Reliable {
     }
 
     /// Takes the segments of a bundle (one datagram), in order, as
-    /// [`Reliable::handle_segment`] each. The datagram counts once toward acknowledging every
-    /// second arrival. A bundle of more than [`MAX_BUNDLE`] segments is dropped whole.
+    /// [`Reliable::handle_segment`] each. The datagram counts once toward
+    /// [`ACK_AT_ONCE_EVERY`]. A bundle of more than [`MAX_BUNDLE`] segments is dropped whole.
     pub fn handle_bundle(&mut self, now: Instant, from: &MemberId, segments: Vec<Segment>) {
         if segments.len() > MAX_BUNDLE {
             warn!(peer = %from, len = segments.len(), "oversized bundle dropped");
@@ -342,7 +345,7 @@ impl Reliable {
         let key = TimerKey::Ack(from.clone());
         if !in_order
             || outcome != RecvOutcome::Accepted
-            || peer.unacked_received >= ACK_AT_ONCE_EVERY
+            || peer.unacked_received >= ACK_AT_ONCE_EVERY.min(self.config.send_window)
             || self.config.ack_delay.is_zero()
         {
             peer.ack_now = true;

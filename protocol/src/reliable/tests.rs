@@ -72,7 +72,8 @@ fn a_reply_carries_the_acknowledgement_of_its_request() {
 #[test]
 fn small_messages_queued_together_leave_in_one_bundle() {
     let mut p = Pair::new(delayed_acks(), 1_000);
-    for i in 1..=3 {
+    // More segments than ACK_AT_ONCE_EVERY, so counting them one by one would ack at once.
+    for i in 1..=6 {
         p.a.send(ms(0), &p.idb, msg(i)).unwrap();
     }
     let sent = frames(&mut p.a);
@@ -82,11 +83,11 @@ fn small_messages_queued_together_leave_in_one_bundle() {
     };
     assert_eq!(
         segments.iter().map(|s| s.seq).collect::<Vec<_>>(),
-        [1, 2, 3]
+        [1, 2, 3, 4, 5, 6]
     );
     assert_eq!(p.a.stats().bundles_sent, 1);
     feed(&mut p.b, ms(1), &p.ida, sent);
-    assert_eq!(delivered(&mut p.b), [msg(1), msg(2), msg(3)]);
+    assert_eq!(delivered(&mut p.b), (1..=6).map(msg).collect::<Vec<_>>());
     // One datagram is one arrival: its acknowledgement may still wait for data.
     assert!(frames(&mut p.b).is_empty());
     p.b.handle_timeout(ms(11));
@@ -109,25 +110,66 @@ fn small_messages_queued_together_leave_in_one_bundle() {
 }
 
 #[test]
-fn every_fourth_segment_is_acknowledged_at_once() {
+fn every_fourth_datagram_is_acknowledged_at_once() {
+    assert_eq!(ACK_AT_ONCE_EVERY, 4);
     let mut p = Pair::new(delayed_acks(), 100);
-    let every = ACK_AT_ONCE_EVERY;
-    for i in 1..=every {
+    for i in 1..=7 {
         p.a.send(ms(0), &p.idb, msg(i)).unwrap();
     }
-    let mut segments = frames(&mut p.a).into_iter();
-    for _ in 1..every {
-        let one = segments.next().into_iter().collect();
-        feed(&mut p.b, ms(1), &p.ida, one);
-        assert!(frames(&mut p.b).is_empty(), "the acknowledgement waits");
+    let mut datagrams = frames(&mut p.a).into_iter();
+    let mut arrive = |p: &mut Pair, at: u64| {
+        let one: Vec<Frame> = datagrams.next().into_iter().collect();
+        assert!(
+            matches!(one[..], [Frame::Data(_)]),
+            "one segment per datagram"
+        );
+        feed(&mut p.b, ms(at), &p.ida, one);
+        frames(&mut p.b)
+    };
+    for at in [1, 3, 5] {
+        assert!(arrive(&mut p, at).is_empty(), "the acknowledgement waits");
+        // Its deadline runs from the first arrival it owes, not the last.
+        assert_eq!(p.b.poll_timeout(), Some(ms(11)));
     }
-    feed(&mut p.b, ms(1), &p.ida, segments.collect());
-    let ack = frames(&mut p.b);
-    assert_eq!(acks(&ack), 1);
-    feed(&mut p.a, ms(2), &p.idb, ack);
+    let ack = arrive(&mut p, 7);
+    assert_eq!(acks(&ack), 1, "the fourth datagram is acknowledged at once");
+    // The count starts again: the next three wait, and the timer sends their
+    // acknowledgement (nothing else goes before it).
+    for at in [8, 9, 10] {
+        assert!(arrive(&mut p, at).is_empty());
+    }
+    p.b.handle_timeout(ms(17));
+    assert!(frames(&mut p.b).is_empty(), "not before its deadline");
+    p.b.handle_timeout(ms(18));
+    let late = frames(&mut p.b);
+    assert_eq!(acks(&late), 1);
+    feed(&mut p.a, ms(19), &p.idb, ack);
+    feed(&mut p.a, ms(19), &p.idb, late);
     assert!(p.a.is_quiescent());
-    // The delayed acknowledgement's timer went with it.
-    assert_ne!(p.b.poll_timeout(), Some(ms(11)));
+}
+
+#[test]
+fn a_window_below_four_is_acknowledged_when_full() {
+    let config = Config {
+        send_window: 2,
+        recv_window: 2,
+        ..delayed_acks()
+    };
+    let mut p = Pair::new(config, 100);
+    for i in 1..=2 {
+        p.a.send(ms(0), &p.idb, msg(i)).unwrap();
+    }
+    let mut datagrams = frames(&mut p.a).into_iter();
+    feed(
+        &mut p.b,
+        ms(1),
+        &p.ida,
+        datagrams.next().into_iter().collect(),
+    );
+    assert!(frames(&mut p.b).is_empty());
+    feed(&mut p.b, ms(1), &p.ida, datagrams.collect());
+    // The sender cannot send more until this comes: it does not wait for `ack_delay`.
+    assert_eq!(acks(&frames(&mut p.b)), 1);
 }
 
 #[test]

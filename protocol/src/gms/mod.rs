@@ -295,6 +295,13 @@ impl Gms {
     /// view we abandoned. Such a member is suspected after the suspect timeout even though it
     /// keeps talking to us, so that two members cannot keep each other in stale views forever
     /// (one takes over and the views merge).
+    ///
+    /// A sender that follows our coordinator in another view than ours (one of us has not
+    /// installed the latest view yet) is alive, but only until that has lasted the suspect
+    /// timeout: two members left behind in different views of one coordinator that excluded
+    /// them, each ranking the other before itself, would otherwise each wait for the other to
+    /// take over for ever (found by the harsh `Majority` seed 257 with acknowledgements every
+    /// fourth datagram).
     pub fn handle_heartbeat(
         &mut self,
         now: Instant,
@@ -309,14 +316,19 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
+        let same_view = coordinator == ours.incarnation() && view_epoch == view.epoch();
         let follows = coordinator == ours.incarnation()
             || (view_epoch > view.epoch() && from != ours)
             || self.ignore_lineage();
-        if follows {
+        if same_view || self.ignore_lineage() {
             self.stray_since.remove(from);
-            self.note_alive(now, from);
         } else if self.stray_since.len() < MAX_REMEMBERED {
+            // Another view, of our lineage or not: suspected once this has lasted the
+            // suspect timeout (a view we install clears it).
             self.stray_since.entry(from.clone()).or_insert(now);
+        }
+        if follows {
+            self.note_alive(now, from);
         }
     }
 

@@ -340,6 +340,49 @@ fn a_member_whose_coordinator_follows_another_lineage_takes_over() {
     assert!(view.epoch() > 7, "above every epoch heard of: {view}");
 }
 
+/// Found by the harsh `Majority` locking seed 257 (with acknowledgements every fourth
+/// datagram, before this was fixed): the coordinator C excluded X and Y, which were left in
+/// different views of C's, each ranking the other before itself (Y in [C, X, Y], X in
+/// [C, Y, X]). Each heard the other follow C and waited for it to take over, for ever. A
+/// member that follows our coordinator in another view keeps counting as alive only for the
+/// suspect timeout.
+#[test]
+fn members_left_in_different_views_of_one_coordinator_do_not_wait_for_each_other() {
+    let (c, x, y) = (member(1), member(2), member(3));
+    let config = GmsConfig::local();
+    let mut now = Instant::ZERO;
+    let mut g = Gms::new(y.clone(), config.clone());
+    g.join(now);
+    let ours = View::new(12, vec![c.clone(), x.clone(), y.clone()]).unwrap();
+    g.handle_message(now, &c, GmsMessage::InstallView { view: ours.clone() });
+    assert_eq!(g.view(), Some(&ours));
+    // C falls silent; X, ranked before us in our view, is in the same view and alive: X takes
+    // over, not us.
+    for _ in 0..(3 * config.suspect_timeout.as_millis() / config.heartbeat_interval.as_millis()) {
+        now += config.heartbeat_interval;
+        g.handle_heartbeat(now, &x, 12, 12, c.incarnation());
+        g.handle_timeout(now);
+        while g.poll_output().is_some() {}
+    }
+    assert_eq!(
+        g.view(),
+        Some(&ours),
+        "the member ranked before us takes over"
+    );
+    // X is in another view of C's (epoch 17, which never reached us): it never takes over
+    // our view, so after the suspect timeout neither it nor C holds us back.
+    let deadline = now + config.suspect_timeout * 3;
+    while now < deadline && g.view().is_some_and(|v| v.coordinator() == &c) {
+        now += config.heartbeat_interval;
+        g.handle_heartbeat(now, &x, 17, 17, c.incarnation());
+        g.handle_timeout(now);
+        while g.poll_output().is_some() {}
+    }
+    let view = g.view().unwrap();
+    assert_eq!(view.coordinator(), &y, "we took over: {view}");
+    assert!(!view.contains(&c), "{view}");
+}
+
 /// Found by the `endpoint_input` fuzz target: a coordinator that heard another coordinator
 /// announce a view of epoch `u64::MAX` overflowed computing the merge view's epoch (a panic
 /// where overflow is checked). The epoch saturates instead, as `next_epoch` does.

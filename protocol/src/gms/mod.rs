@@ -296,12 +296,15 @@ impl Gms {
     /// keeps talking to us, so that two members cannot keep each other in stale views forever
     /// (one takes over and the views merge).
     ///
-    /// A sender that follows our coordinator in another view than ours (one of us has not
-    /// installed the latest view yet) is alive, but only until that has lasted the suspect
-    /// timeout: two members left behind in different views of one coordinator that excluded
-    /// them, each ranking the other before itself, would otherwise each wait for the other to
-    /// take over for ever (found by the harsh `Majority` seed 257 with acknowledgements every
-    /// fourth datagram).
+    /// A fellow member that follows our coordinator in another view than ours (one of us has
+    /// not installed the latest view yet) is alive, but stray from its first such heartbeat
+    /// until one of us installs a view or it heartbeats from ours; this matters only once our
+    /// coordinator is suspected. Two members left behind in different views of one coordinator
+    /// that excluded them, each ranking the other before itself, would otherwise each wait for
+    /// the other to take over for ever (found by the harsh `Majority` seed 257 with
+    /// acknowledgements every fourth datagram). The coordinator's own heartbeats, and those a
+    /// coordinator receives, are not judged by this: a view on its way is no sign of a stray
+    /// member.
     pub fn handle_heartbeat(
         &mut self,
         now: Instant,
@@ -316,15 +319,20 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
-        let same_view = coordinator == ours.incarnation() && view_epoch == view.epoch();
+        let ignore = self.ignore_lineage();
         let follows = coordinator == ours.incarnation()
             || (view_epoch > view.epoch() && from != ours)
-            || self.ignore_lineage();
-        if same_view || self.ignore_lineage() {
+            || ignore;
+        // A fellow member (not our coordinator, and we do not coordinate) in another view of
+        // our coordinator: alive, but stray from now on until one of us installs a view. It
+        // matters only once our coordinator is suspected (`maybe_take_over`).
+        let left_behind = coordinator == ours.incarnation()
+            && view_epoch != view.epoch()
+            && from != ours
+            && !self.is_coordinator();
+        if ignore || (follows && !left_behind) {
             self.stray_since.remove(from);
         } else if self.stray_since.len() < MAX_REMEMBERED {
-            // Another view, of our lineage or not: suspected once this has lasted the
-            // suspect timeout (a view we install clears it).
             self.stray_since.entry(from.clone()).or_insert(now);
         }
         if follows {

@@ -371,6 +371,7 @@ fn members_left_in_different_views_of_one_coordinator_do_not_wait_for_each_other
     );
     // X is in another view of C's (epoch 17, which never reached us): it never takes over
     // our view, so after the suspect timeout neither it nor C holds us back.
+    let disagreed = now + config.heartbeat_interval;
     let deadline = now + config.suspect_timeout * 3;
     while now < deadline && g.view().is_some_and(|v| v.coordinator() == &c) {
         now += config.heartbeat_interval;
@@ -380,7 +381,71 @@ fn members_left_in_different_views_of_one_coordinator_do_not_wait_for_each_other
     }
     let view = g.view().unwrap();
     assert_eq!(view.coordinator(), &y, "we took over: {view}");
-    assert!(!view.contains(&c), "{view}");
+    assert!(!view.contains(&c) && !view.contains(&x), "{view}");
+    assert!(
+        now > disagreed + config.suspect_timeout,
+        "not before X had disagreed for the suspect timeout"
+    );
+}
+
+/// A member that receives `beat` every heartbeat interval for three suspect timeouts, firing
+/// its timers; returns the view it is in then.
+fn after_beats(g: &mut Gms, now: &mut Instant, mut beat: impl FnMut(&mut Gms, Instant)) -> View {
+    let config = GmsConfig::local();
+    let deadline = *now + config.suspect_timeout * 3;
+    while *now < deadline {
+        *now += config.heartbeat_interval;
+        beat(g, *now);
+        g.handle_timeout(*now);
+        while g.poll_output().is_some() {}
+    }
+    g.view().expect("a view").clone()
+}
+
+/// What the stray rule above must not do: take a view on its way for a stray member.
+#[test]
+fn a_view_on_its_way_is_no_sign_of_a_stray_member() {
+    let (c, m, y, z) = (member(1), member(2), member(3), member(4));
+    let mut now = Instant::ZERO;
+    // A member whose copy of view 6 is late hears its coordinator heartbeat from view 6: it
+    // follows it and does not take over.
+    let mut late = Gms::new(m.clone(), GmsConfig::local());
+    late.join(now);
+    let five = View::new(5, vec![c.clone(), m.clone()]).unwrap();
+    late.handle_message(now, &c, GmsMessage::InstallView { view: five.clone() });
+    let view = after_beats(&mut late, &mut now, |g, now| {
+        g.handle_heartbeat(now, &c, 6, 6, c.incarnation());
+    });
+    assert_eq!(view, five, "the coordinator's heartbeats keep it");
+    // The coordinator of view 6 keeps a member that still heartbeats from view 5.
+    let mut coordinator = Gms::new(c.clone(), GmsConfig::local());
+    coordinator.join(now);
+    let six = View::new(6, vec![c.clone(), m.clone()]).unwrap();
+    coordinator.handle_message(now, &c, GmsMessage::InstallView { view: six.clone() });
+    assert_eq!(coordinator.view(), Some(&six));
+    let view = after_beats(&mut coordinator, &mut now, |g, now| {
+        g.handle_heartbeat(now, &m, 6, 5, c.incarnation());
+    });
+    assert_eq!(view, six, "a member lagging one view is not excluded");
+    // C is gone and Y, ranked before Z, took over (view 8): Z hears Y from that newer view
+    // and waits for it instead of taking over too.
+    let mut next = Gms::new(z.clone(), GmsConfig::local());
+    next.join(now);
+    let seven = View::new(7, vec![c.clone(), y.clone(), z.clone()]).unwrap();
+    next.handle_message(
+        now,
+        &c,
+        GmsMessage::InstallView {
+            view: seven.clone(),
+        },
+    );
+    let view = after_beats(&mut next, &mut now, |g, now| {
+        g.handle_heartbeat(now, &y, 8, 8, y.incarnation());
+    });
+    assert_eq!(
+        view, seven,
+        "the member that took over is followed, not raced"
+    );
 }
 
 /// Found by the `endpoint_input` fuzz target: a coordinator that heard another coordinator

@@ -294,6 +294,31 @@ fn non_coordinator_refuses_joins() {
     );
 }
 
+/// Gives `g` a heartbeat (`beat`) every heartbeat interval, firing its timers, for three
+/// suspect timeouts or until `done(g)`; returns the view it is in then. `now` is left at the
+/// last beat.
+fn beats_until(
+    g: &mut Gms,
+    now: &mut Instant,
+    mut beat: impl FnMut(&mut Gms, Instant),
+    done: impl Fn(&Gms) -> bool,
+) -> View {
+    let config = GmsConfig::local();
+    let deadline = *now + config.suspect_timeout * 3;
+    while *now < deadline && !done(g) {
+        *now += config.heartbeat_interval;
+        beat(g, *now);
+        g.handle_timeout(*now);
+        while g.poll_output().is_some() {}
+    }
+    g.view().expect("a view").clone()
+}
+
+/// [`beats_until`] for the whole three suspect timeouts.
+fn after_beats(g: &mut Gms, now: &mut Instant, beat: impl FnMut(&mut Gms, Instant)) -> View {
+    beats_until(g, now, beat, |_| false)
+}
+
 /// Finding 4 of the safety review: a member whose coordinator has moved on to another
 /// coordinator's view, but keeps heartbeating it (it is in that other view too), is not kept
 /// in the abandoned view for ever: the coordinator's heartbeats show another lineage, so it is
@@ -324,14 +349,12 @@ fn a_member_whose_coordinator_follows_another_lineage_takes_over() {
     }
     assert_eq!(g.view(), Some(&abandoned), "a live coordinator is followed");
     // X has installed C's view (epoch 7) and keeps heartbeating us, as C's view holds us too.
-    let deadline = now + config.suspect_timeout * 3;
-    while now < deadline && g.view().is_some_and(|v| v.coordinator() == &x) {
-        now += config.heartbeat_interval;
-        g.handle_heartbeat(now, &x, 7, 7, c.incarnation());
-        g.handle_timeout(now);
-        while g.poll_output().is_some() {}
-    }
-    let view = g.view().unwrap();
+    let view = beats_until(
+        &mut g,
+        &mut now,
+        |g, now| g.handle_heartbeat(now, &x, 7, 7, c.incarnation()),
+        |g| g.view().is_some_and(|v| v.coordinator() != &x),
+    );
     assert_eq!(
         view.coordinator(),
         &y,
@@ -358,48 +381,25 @@ fn members_left_in_different_views_of_one_coordinator_do_not_wait_for_each_other
     assert_eq!(g.view(), Some(&ours));
     // C falls silent; X, ranked before us in our view, is in the same view and alive: X takes
     // over, not us.
-    for _ in 0..(3 * config.suspect_timeout.as_millis() / config.heartbeat_interval.as_millis()) {
-        now += config.heartbeat_interval;
+    let view = after_beats(&mut g, &mut now, |g, now| {
         g.handle_heartbeat(now, &x, 12, 12, c.incarnation());
-        g.handle_timeout(now);
-        while g.poll_output().is_some() {}
-    }
-    assert_eq!(
-        g.view(),
-        Some(&ours),
-        "the member ranked before us takes over"
-    );
+    });
+    assert_eq!(view, ours, "the member ranked before us takes over");
     // X is in another view of C's (epoch 17, which never reached us): it never takes over
     // our view, so after the suspect timeout neither it nor C holds us back.
     let disagreed = now + config.heartbeat_interval;
-    let deadline = now + config.suspect_timeout * 3;
-    while now < deadline && g.view().is_some_and(|v| v.coordinator() == &c) {
-        now += config.heartbeat_interval;
-        g.handle_heartbeat(now, &x, 17, 17, c.incarnation());
-        g.handle_timeout(now);
-        while g.poll_output().is_some() {}
-    }
-    let view = g.view().unwrap();
+    let view = beats_until(
+        &mut g,
+        &mut now,
+        |g, now| g.handle_heartbeat(now, &x, 17, 17, c.incarnation()),
+        |g| g.view().is_some_and(|v| v.coordinator() != &c),
+    );
     assert_eq!(view.coordinator(), &y, "we took over: {view}");
     assert!(!view.contains(&c) && !view.contains(&x), "{view}");
     assert!(
         now > disagreed + config.suspect_timeout,
         "not before X had disagreed for the suspect timeout"
     );
-}
-
-/// A member that receives `beat` every heartbeat interval for three suspect timeouts, firing
-/// its timers; returns the view it is in then.
-fn after_beats(g: &mut Gms, now: &mut Instant, mut beat: impl FnMut(&mut Gms, Instant)) -> View {
-    let config = GmsConfig::local();
-    let deadline = *now + config.suspect_timeout * 3;
-    while *now < deadline {
-        *now += config.heartbeat_interval;
-        beat(g, *now);
-        g.handle_timeout(*now);
-        while g.poll_output().is_some() {}
-    }
-    g.view().expect("a view").clone()
 }
 
 /// What the stray rule above must not do: take a view on its way for a stray member.

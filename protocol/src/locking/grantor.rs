@@ -680,13 +680,15 @@ impl Grantor {
                             // Queued behind another owner: tell the client, unless it asked
                             // not to be told. (A request that waits only for the grantor to
                             // be able to grant is not.)
-                            if !free && quiet {
-                                self.stats.quiet_waits += 1;
-                            } else if !free {
-                                out.push_back((
-                                    from.clone(),
-                                    LockMessage::Queued { request, position },
-                                ));
+                            if !free {
+                                if quiet {
+                                    self.stats.quiet_waits += 1;
+                                } else {
+                                    out.push_back((
+                                        from.clone(),
+                                        LockMessage::Queued { request, position },
+                                    ));
+                                }
                             }
                         } else {
                             out.push_back((

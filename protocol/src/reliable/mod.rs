@@ -116,6 +116,8 @@ use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
 
 pub use config::{Config, ConfigError, MAX_WINDOW};
+pub use error::SendError;
+pub use stats::Stats;
 
 /// Datagrams received in order from one peer since the last acknowledgement to it, after
 /// which the owed acknowledgement goes out at once instead of waiting for data to ride on (a
@@ -126,8 +128,6 @@ pub use config::{Config, ConfigError, MAX_WINDOW};
 /// instead (peers use the same windows), so a sender that has filled its window never waits
 /// `ack_delay` for the acknowledgement.
 pub const ACK_AT_ONCE_EVERY: u32 = 4;
-pub use error::SendError;
-pub use stats::Stats;
 
 use peer::Peer;
 use recv::{RecvOutcome, RecvStream};

@@ -153,6 +153,19 @@ pub trait BlockingRecv: Send + Sync {
         self.recv_blocking(Some(Duration::ZERO))
     }
 
+    /// The next datagram this transport already knows is waiting: one it has buffered, or one
+    /// on a socket its last wait found readable. Unlike [`BlockingRecv::try_recv`] it need not
+    /// ask the kernel about every socket, so it may return `Ok(None)` while datagrams wait
+    /// elsewhere; the next [`BlockingRecv::recv_blocking`] returns those at once. The driver
+    /// drains a wake-up's datagrams with it before it answers; a transport with many sockets
+    /// (the TCP mesh) saves a scan of all of them on every wake-up. Defaults to `try_recv`.
+    ///
+    /// # Errors
+    /// As [`BlockingRecv::recv_blocking`].
+    fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
+        self.try_recv()
+    }
+
     /// Makes the current call of [`BlockingRecv::recv_blocking`], or the next one if none is
     /// in progress, return promptly. Never blocks.
     fn interrupt(&self);

@@ -117,7 +117,7 @@ impl Driver {
                                 Ok(Some(datagram)) => {
                                     let mut batch = vec![received(datagram)];
                                     while batch.len() < BATCH {
-                                        match transport.try_recv() {
+                                        match transport.try_recv_ready() {
                                             Ok(Some(datagram)) => batch.push(received(datagram)),
                                             Ok(None) | Err(_) => break,
                                         }

@@ -151,6 +151,26 @@ impl Transport for Tap {
     }
 }
 
+impl Tap {
+    /// An injected datagram, or one taken from the inner transport with `take` and recorded.
+    fn try_recv_with(
+        &self,
+        take: impl Fn(&dyn BlockingRecv) -> io::Result<Option<Datagram>>,
+    ) -> io::Result<Option<Datagram>> {
+        if let Some(datagram) = self.take_injected() {
+            return Ok(Some(datagram));
+        }
+        let Some(inner) = self.inner.blocking() else {
+            return Ok(None);
+        };
+        let datagram = take(inner)?;
+        if let Some(d) = &datagram {
+            self.record(Direction::Received, Some(d.from), &d.bytes);
+        }
+        Ok(datagram)
+    }
+}
+
 impl BlockingRecv for Tap {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
         if let Some(datagram) = self.take_injected() {
@@ -167,17 +187,11 @@ impl BlockingRecv for Tap {
     }
 
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
-        if let Some(datagram) = self.take_injected() {
-            return Ok(Some(datagram));
-        }
-        let Some(inner) = self.inner.blocking() else {
-            return Ok(None);
-        };
-        let datagram = inner.try_recv()?;
-        if let Some(d) = &datagram {
-            self.record(Direction::Received, Some(d.from), &d.bytes);
-        }
-        Ok(datagram)
+        self.try_recv_with(|inner| inner.try_recv())
+    }
+
+    fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
+        self.try_recv_with(|inner| inner.try_recv_ready())
     }
 
     fn interrupt(&self) {

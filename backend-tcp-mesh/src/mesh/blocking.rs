@@ -108,6 +108,22 @@ impl BlockingRecv for TcpMesh {
         }
     }
 
+    /// Runs the drive step and returns the first whole frame: one already read, or one on a
+    /// connection the last `poll` found ready (or that a send left work on). Unlike
+    /// [`BlockingRecv::try_recv`] it does not poll every socket, which costs a system call
+    /// over all of them: the driver drains a wake-up with it, however many connections the
+    /// mesh has.
+    ///
+    /// # Errors
+    /// As [`BlockingRecv::recv_blocking`].
+    fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
+        match self.lock().drive(Instant::now(), Mode::Blocking) {
+            Step::Datagram(datagram) => Ok(Some(datagram)),
+            Step::Idle(_) => Ok(None),
+            Step::Closed => Err(closed()),
+        }
+    }
+
     /// Rings the doorbell's pipe: the `recv_blocking` in progress, or the next one, returns
     /// `Ok(None)` once it has seen the ring (at once, unless it finds a frame first).
     fn interrupt(&self) {

@@ -128,6 +128,30 @@ impl Transport for SealedTransport {
     }
 }
 
+impl SealedTransport {
+    /// Takes datagrams from the inner transport with `take` until one is accepted, at most
+    /// [`DROPS_PER_TRY`] of them.
+    fn try_recv_with(
+        &self,
+        take: impl Fn(&dyn BlockingRecv) -> io::Result<Option<Datagram>>,
+    ) -> io::Result<Option<Datagram>> {
+        let Some(inner) = self.inner.blocking() else {
+            return Ok(None);
+        };
+        for _ in 0..DROPS_PER_TRY {
+            match take(inner)? {
+                Some(datagram) => {
+                    if let Some(datagram) = self.accept(datagram) {
+                        return Ok(Some(datagram));
+                    }
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+}
+
 impl BlockingRecv for SealedTransport {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
         let Some(inner) = self.inner.blocking() else {
@@ -138,20 +162,11 @@ impl BlockingRecv for SealedTransport {
     }
 
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
-        let Some(inner) = self.inner.blocking() else {
-            return Ok(None);
-        };
-        for _ in 0..DROPS_PER_TRY {
-            match inner.try_recv()? {
-                Some(datagram) => {
-                    if let Some(datagram) = self.accept(datagram) {
-                        return Ok(Some(datagram));
-                    }
-                }
-                None => return Ok(None),
-            }
-        }
-        Ok(None)
+        self.try_recv_with(|inner| inner.try_recv())
+    }
+
+    fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
+        self.try_recv_with(|inner| inner.try_recv_ready())
     }
 
     fn interrupt(&self) {

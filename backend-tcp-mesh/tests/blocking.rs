@@ -311,6 +311,51 @@ fn frames_reach_a_receiver_blocked_before_their_connections_existed() {
     assert_eq!(a.mesh.stats().connections, 3);
 }
 
+/// What the driver relies on to drain a wake-up: after `recv_blocking` returns the first of
+/// a burst, `try_recv_ready` returns the rest of it, in order, then nothing; and a frame it
+/// does not report is still there for the next `recv_blocking`.
+#[test]
+fn try_recv_ready_drains_the_burst_a_wait_found() {
+    let a = TcpMesh::loopback([]).unwrap();
+    let claimed: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut raw = TcpStream::connect(a.local_addr()).expect("connect");
+    let mut bytes = hello(1, 7, claimed);
+    for payload in [&b"one"[..], b"two", b"three"] {
+        bytes.extend_from_slice(&frame(payload));
+    }
+    raw.write_all(&bytes).expect("write");
+    let receiver = blocking(&a);
+    let first = receiver
+        .recv_blocking(Some(LIMIT))
+        .unwrap()
+        .expect("a frame");
+    assert_eq!((first.from, &first.bytes[..]), (claimed, &b"one"[..]));
+    for expected in [&b"two"[..], b"three"] {
+        let got = receiver
+            .try_recv_ready()
+            .unwrap()
+            .expect("the rest of the burst");
+        assert_eq!((got.from, &got.bytes[..]), (claimed, expected));
+    }
+    assert_eq!(receiver.try_recv_ready().unwrap(), None);
+
+    // A frame that arrives after the wait: whatever `try_recv_ready` says of it, it is not
+    // lost, and it is not delivered twice.
+    raw.write_all(&frame(b"later")).expect("write");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + LIMIT;
+    while got.is_empty() && Instant::now() < deadline {
+        if let Some(d) = receiver.try_recv_ready().unwrap() {
+            got.push(d.bytes);
+        } else if let Some(d) = receiver.recv_blocking(Some(LIMIT)).unwrap() {
+            got.push(d.bytes);
+        }
+    }
+    assert_eq!(got, vec![b"later".to_vec()]);
+    assert_eq!(receiver.try_recv_ready().unwrap(), None);
+    assert_eq!(receiver.try_recv().unwrap(), None);
+}
+
 #[test]
 fn the_meshs_deadlines_are_kept_while_its_thread_is_blocked() {
     // Nothing but the handshake timeout can end the silent connection: the blocked

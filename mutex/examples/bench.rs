@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use conclave::api::Transport;
-use conclave::{EndpointConfig, Node, NodeCacheConfig};
+use conclave::{EndpointConfig, Node, NodeBuilder, NodeCacheConfig};
 
 #[path = "bench_scale/mod.rs"]
 mod scale;
@@ -212,12 +212,17 @@ async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Re
     } else {
         builder
     };
-    let builder = match std::env::var("CONCLAVE_BENCH_SPIN_US") {
-        Ok(us) => builder.spin_wait(Duration::from_micros(us.parse()?)),
-        Err(_) => builder,
-    };
+    let builder = spin_from_env(builder)?;
     // The `seal` mode gives its keyed members the key in the environment.
     Ok(builder.cluster_key_from_env().join().await?)
+}
+
+/// `spin_wait` from `CONCLAVE_BENCH_SPIN_US`, if set.
+fn spin_from_env(builder: NodeBuilder) -> Result<NodeBuilder, Error> {
+    Ok(match std::env::var("CONCLAVE_BENCH_SPIN_US") {
+        Ok(us) => builder.spin_wait(Duration::from_micros(us.parse()?)),
+        Err(_) => builder,
+    })
 }
 
 /// The key of the `seal` mode's keyed cluster, as hex (a benchmark's key: never use a fixed

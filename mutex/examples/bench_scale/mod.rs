@@ -10,10 +10,16 @@
 //!   without it (the target is the suspect timeout, 400 ms here, plus 500 ms);
 //! - idle traffic per member (every datagram or TCP frame sent, heartbeats included, counted
 //!   by a wrapper around the transport), averaged over the members, and the coordinator's;
-//! - uncontended `lock()` latency (p50, p99) from a member in the last process, the lock then
-//!   released and acknowledged before the next; measured in rounds that alternate with the
-//!   same measurement in a reference cluster of 3 members running beside it, so both see the
-//!   same background load, and printed as the ratio of the two p50s.
+//! - uncontended `lock()` latency (p10, p50, p99) from a member in the last process, the lock
+//!   then released and acknowledged before the next; measured in rounds that alternate with
+//!   the same measurement in a reference cluster of 3 members running beside it, so both see
+//!   the same background load, and printed as the ratios of the two p50s and of the two p10s.
+//!   (A wait that is not answered within `spin_wait` pays a thread wake-up on top, so the p50
+//!   of a round trip close to `spin_wait` jumps between two modes; the p10 shows the round
+//!   trip itself. `CONCLAVE_BENCH_SPIN_US` sets `spin_wait` here as in the other modes.)
+//!
+//! `CONCLAVE_BENCH_SCALE_SIZES=3,64` picks the sizes, `CONCLAVE_BENCH_SCALE_NETS=tcp` the
+//! backends (`udp`, `tcp` or both, the default).
 //!
 //! Every child process is killed by its PID when its size is done, also on error; every wait
 //! in a child is bounded.
@@ -37,7 +43,7 @@ const PROCESSES: usize = 4;
 const IDLE_FOR: Duration = Duration::from_secs(3);
 /// Rounds of lock latency, alternating between the measured cluster and the reference cluster
 /// of 3 members, and locks per round.
-const ROUNDS: usize = 10;
+const ROUNDS: usize = 30;
 const LOCKS: usize = 40;
 /// Bound on every wait for a view in a child.
 const VIEW_BOUND: Duration = Duration::from_secs(20);
@@ -51,9 +57,11 @@ struct Row {
     bytes: f64,
     coordinator_datagrams: f64,
     max_other_datagrams: f64,
+    p10: Duration,
     p50: Duration,
     p99: Duration,
-    /// p50 of the reference cluster of 3 members in the same rounds.
+    /// p10 and p50 of the reference cluster of 3 members in the same rounds.
+    reference_p10: Duration,
     reference_p50: Duration,
 }
 
@@ -71,7 +79,11 @@ pub(crate) fn run() -> Result<(), Error> {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| SIZES.to_vec());
+    let nets = std::env::var("CONCLAVE_BENCH_SCALE_NETS").unwrap_or_default();
     for (b, backend) in ["udp", "tcp"].into_iter().enumerate() {
+        if !nets.is_empty() && !nets.split(',').any(|n| n.trim() == backend) {
+            continue;
+        }
         let net = |i: usize| {
             if backend == "udp" {
                 Net::Udp(port() + (b * 10 + i) as u16)
@@ -103,23 +115,25 @@ pub(crate) fn run() -> Result<(), Error> {
 fn print_table(backend: &str, rows: &[Row]) {
     println!();
     println!("{backend}:");
-    println!("| members | agreement after last start | kill -9 of the coordinator → new view | idle datagrams/s per member (avg; coordinator; others max) | idle bytes/s per member (avg) | uncontended lock p50 / p99 (non-coordinator) | p50 / p50 of 3 members in the same rounds |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| members | agreement after last start | kill -9 of the coordinator → new view | idle datagrams/s per member (avg; coordinator; others max) | idle bytes/s per member (avg) | uncontended lock p10 / p50 / p99 (non-coordinator) | p50 / p50 of 3 members in the same rounds | p10 / p10 of 3 members |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         let failover = r
             .failover
             .map_or("—".to_owned(), |d| format!("{} ms", d.as_millis()));
         println!(
-            "| {} | {} ms | {failover} | {:.0}; {:.0}; {:.0} | {:.0} | {:.0} / {:.0} µs | {:.2}x |",
+            "| {} | {} ms | {failover} | {:.0}; {:.0}; {:.0} | {:.0} | {:.0} / {:.0} / {:.0} µs | {:.2}x | {:.2}x |",
             r.members,
             r.agreed.as_millis(),
             r.datagrams,
             r.coordinator_datagrams,
             r.max_other_datagrams,
             r.bytes,
+            r.p10.as_secs_f64() * 1e6,
             r.p50.as_secs_f64() * 1e6,
             r.p99.as_secs_f64() * 1e6,
             r.p50.as_secs_f64() / r.reference_p50.as_secs_f64().max(1e-9),
+            r.p10.as_secs_f64() / r.reference_p10.as_secs_f64().max(1e-9),
         );
     }
 }
@@ -249,8 +263,10 @@ fn size(members: usize, net: &Net, reference: &mut Cluster) -> Result<Row, Error
         bytes: per(bytes),
         coordinator_datagrams: coordinator as f64 / secs,
         max_other_datagrams: max_other as f64 / secs,
+        p10: percentile(&mut ours, 0.1),
         p50: percentile(&mut ours, 0.5),
         p99: percentile(&mut ours, 0.99),
+        reference_p10: percentile(&mut theirs, 0.1),
         reference_p50: percentile(&mut theirs, 0.5),
     })
 }
@@ -381,6 +397,7 @@ async fn join(name: &str, net: &Net, meter: Meter) -> Result<Node, Error> {
         .name(name)
         .config(EndpointConfig::local())
         .join_timeout(Duration::from_secs(30));
+    let builder = super::spin_from_env(builder)?;
     let builder = match net {
         Net::Udp(port) => builder.transport(Metered {
             inner: UdpMulticast::bind(&UdpConfig {

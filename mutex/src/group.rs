@@ -182,7 +182,7 @@ impl LockBackend for GroupBackend {
                 },
             )?;
             let effects = shared.settle(now);
-            shared.start_spin(id, self.name(), || self.spin_deadline());
+            shared.start_spin(id, self.name());
             (id, effects)
         };
         self.flush(effects);
@@ -272,13 +272,7 @@ impl LockBackend for GroupBackend {
                 (_, None) => {}
             }
             let effects = shared.settle(now);
-            if let Some(slot) = shared.slots.get_mut(&request) {
-                if slot.releasing && !slot.released {
-                    // Spin for the acknowledgement (a release at this member's own grantor
-                    // is acknowledged at once, above).
-                    slot.spin_until = self.spin_deadline();
-                }
-            }
+            shared.start_release_spin(request);
             (result, effects)
         };
         self.flush(effects);

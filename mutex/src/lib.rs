@@ -105,6 +105,7 @@ mod reentrant;
 mod rwlock;
 mod service;
 mod shared;
+mod spin;
 
 /// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
 /// their links to the API. Built for documentation only (the files live outside this crate),

@@ -39,9 +39,10 @@ use crate::shared::{Inner, Phase};
 /// How long [`NodeBuilder::join`] waits for the first view unless told otherwise.
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a waiting lock future busy-polls for its answer before it sleeps, unless told
-/// otherwise ([`NodeBuilder::spin_wait`]): a round trip or two on loopback.
-pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
+/// The longest a waiting lock future busy-polls for its answer before it sleeps, unless told
+/// otherwise ([`NodeBuilder::spin_wait`]): a few round trips on loopback, one or two on a
+/// fast LAN. Within it, each node spins about as long as its answers take.
+pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(200);
 
 /// Configures and starts a [`Node`]. Made by [`Node::builder`].
 pub struct NodeBuilder {
@@ -154,15 +155,20 @@ impl NodeBuilder {
         self
     }
 
-    /// How long a future waiting for a lock (or for the acknowledgement of an unlock)
+    /// The longest a future waiting for a lock (or for the acknowledgement of an unlock)
     /// busy-polls for the answer before it sleeps until woken. Default
-    /// [`DEFAULT_SPIN_WAIT`] (50 µs); `Duration::ZERO` never spins.
+    /// [`DEFAULT_SPIN_WAIT`] (200 µs); `Duration::ZERO` never spins.
     ///
-    /// Waking a sleeping thread can cost as much as a loopback round trip, so a short spin
-    /// makes an uncontended lock from another process cost about one round trip. The spin
-    /// yields to the executor between polls (the task wakes itself), so other tasks keep
-    /// running, but it keeps a core busy for up to this long per wait: set it to zero where
-    /// CPU matters more than latency, or to about one round trip of your network.
+    /// Waking a sleeping thread can cost as much as a loopback round trip, so a spin makes an
+    /// uncontended lock from another process cost about one round trip. Within this bound the
+    /// node adapts the spin to its round trips: it starts at 50 µs; an answer that a spin
+    /// caught sets the spin to about twice that round trip; each answer that came only after
+    /// the spin shortens it by an eighth (towards not spinning at all, which is what pays
+    /// where the spinning thread holds the CPU the answer needs); and every 64th wait spins
+    /// for the whole bound, to find out whether spinning pays again. Waits for a contended
+    /// lock do not spin (see the guide). The spin yields to the executor between polls (the
+    /// task wakes itself), so other tasks keep running, but it keeps a core busy for up to
+    /// this long per wait: set it to zero where CPU matters more than latency.
     pub fn spin_wait(mut self, spin: Duration) -> Self {
         self.spin_wait = spin;
         self

@@ -30,6 +30,7 @@ use crate::contention::Contention;
 use crate::durable::TermFile;
 use crate::duty::ReceiveDuty;
 use crate::front::Front;
+use crate::spin::SpinBudget;
 
 /// What the driver thread is asked to do.
 pub(crate) enum Command {
@@ -67,8 +68,6 @@ pub(crate) struct Inner {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) member: MemberId,
     origin: std::time::Instant,
-    /// How long a waiting future busy-polls before it sleeps ([`crate::NodeBuilder::spin_wait`]).
-    pub(crate) spin_wait: std::time::Duration,
     /// Who reads a blocking transport: the driver or a spinning task.
     pub(crate) duty: ReceiveDuty,
     /// Notified when a view is installed and when the node closes.
@@ -96,11 +95,10 @@ impl Inner {
     ) -> Self {
         Self {
             member: endpoint.local().clone(),
-            shared: Mutex::new(Shared::new(endpoint)),
+            shared: Mutex::new(Shared::new(endpoint, spin_wait)),
             commands,
             transport,
             origin: std::time::Instant::now(),
-            spin_wait,
             duty: ReceiveDuty::default(),
             changed: Event::new(),
             thread: Mutex::new(None),
@@ -117,11 +115,6 @@ impl Inner {
     /// method leaves it consistent between calls into the endpoint.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Until when a wait that starts now busy-polls (see [`crate::NodeBuilder::spin_wait`]).
-    pub(crate) fn spin_deadline(&self) -> Option<std::time::Instant> {
-        (!self.spin_wait.is_zero()).then(|| std::time::Instant::now() + self.spin_wait)
     }
 
     /// The protocol's clock: time since the node started.
@@ -236,6 +229,9 @@ pub(crate) struct Slot {
     pub(crate) released: bool,
     /// Until when a wait for this slot busy-polls (see [`crate::NodeBuilder::spin_wait`]).
     pub(crate) spin_until: Option<std::time::Instant>,
+    /// The round trip the wait is timing for [`SpinBudget`]: when its request (or release) was
+    /// sent and how long it had to spin. Cleared when the grantor queues it.
+    round_trip: Option<(std::time::Instant, std::time::Duration)>,
     /// The grantor queued the request behind another owner.
     queued: bool,
     /// The request asked not to be told that it was queued (see [`crate::contention`]).
@@ -318,10 +314,12 @@ pub(crate) struct Shared {
     unsaved: Option<u64>,
     /// The locks contended here, whose waiters sleep instead of spinning.
     contention: Contention,
+    /// How long waits spin, learnt from their round trips.
+    spin: SpinBudget,
 }
 
 impl Shared {
-    fn new(endpoint: Endpoint) -> Self {
+    fn new(endpoint: Endpoint, spin_wait: std::time::Duration) -> Self {
         Self {
             endpoint,
             phase: Phase::Running,
@@ -337,6 +335,7 @@ impl Shared {
             unsaved: None,
             tables: BTreeMap::new(),
             contention: Contention::default(),
+            spin: SpinBudget::new(spin_wait),
         }
     }
 
@@ -380,6 +379,7 @@ impl Shared {
                 releasing: false,
                 released: false,
                 spin_until: None,
+                round_trip: None,
                 queued: false,
                 quiet,
             },
@@ -388,22 +388,26 @@ impl Shared {
     }
 
     /// Starts the spin of `request`'s wait (in the named service `service`, or the default
-    /// one), until `until()`, unless it was answered already, the grantor queued it, it is
-    /// quiet, or its lock is contended here (see [`crate::contention`]). `until` reads the
-    /// clock, so it is called only for a wait that will spin.
-    pub(crate) fn start_spin(
-        &mut self,
-        request: RequestId,
-        service: Option<&ServiceName>,
-        until: impl FnOnce() -> Option<std::time::Instant>,
-    ) {
+    /// one), for as long as [`SpinBudget`] says, unless it was answered already, the grantor
+    /// queued it, it is quiet, or its lock is contended here (see [`crate::contention`]).
+    pub(crate) fn start_spin(&mut self, request: RequestId, service: Option<&ServiceName>) {
         if let Some(slot) = self.slots.get_mut(&request) {
             if slot.outcome.is_none()
                 && !slot.queued
                 && !slot.quiet
                 && !self.contention.is_contended(service, &slot.name)
             {
-                slot.spin_until = until();
+                begin_round_trip(&mut self.spin, slot);
+            }
+        }
+    }
+
+    /// Starts the spin of a wait for the acknowledgement of `request`'s release, unless it
+    /// came already (a release at this member's own grantor is acknowledged at once).
+    pub(crate) fn start_release_spin(&mut self, request: RequestId) {
+        if let Some(slot) = self.slots.get_mut(&request) {
+            if slot.releasing && !slot.released {
+                begin_round_trip(&mut self.spin, slot);
             }
         }
     }
@@ -570,6 +574,7 @@ impl Shared {
                 Some(slot) if slot.outcome.is_none() => {
                     self.contention
                         .granted(service, &slot.name, slot.queued, slot.quiet);
+                    end_round_trip(&mut self.spin, slot);
                     slot.outcome = Some(Ok(token));
                     slot.wake();
                     let owner = self.owner_id(owner);
@@ -598,6 +603,7 @@ impl Shared {
                     // Behind another owner: sleep until the grant (see `crate::contention`).
                     slot.queued = true;
                     slot.spin_until = None;
+                    slot.round_trip = None;
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
                     self.contention.queued(service, &name);
                     let owner = self.owner_id(owner);
@@ -627,6 +633,7 @@ impl Shared {
             LockNotice::Released { request } => {
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.released = true;
+                    end_round_trip(&mut self.spin, slot);
                     slot.wake();
                 }
             }
@@ -757,5 +764,24 @@ impl Shared {
                 waker.wake();
             }
         }
+    }
+}
+
+/// Times `slot`'s wait from now and gives it the spin `spin` says (none if it says zero). Reads
+/// the clock only where waits may spin at all.
+fn begin_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
+    if !spin.enabled() {
+        return;
+    }
+    let now = std::time::Instant::now();
+    let spun = spin.next();
+    slot.round_trip = Some((now, spun));
+    slot.spin_until = (!spun.is_zero()).then(|| now + spun);
+}
+
+/// Tells `spin` how long `slot`'s timed round trip took, now that its answer is here.
+fn end_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
+    if let Some((sent, spun)) = slot.round_trip.take() {
+        spin.answered(spun, sent.elapsed());
     }
 }

@@ -1,10 +1,11 @@
 //! Which locks are contended at this node, so that their waiters sleep instead of spinning.
 //!
-//! A wait busy-polls for [`crate::NodeBuilder::spin_wait`] because waking a sleeping thread
-//! costs about a loopback round trip. That pays only when the answer comes within the spin:
-//! for a lock other owners hold and wait for, it comes after one or more handoffs, and the
-//! spinning thread takes the CPU that the grantor and the next holder need for those
-//! handoffs (on a small machine, measured in `docs/benchmarks.md`). So:
+//! A wait busy-polls (at most [`crate::NodeBuilder::spin_wait`], see [`crate::spin`])
+//! because waking a sleeping thread costs about a loopback round trip. That pays only when
+//! the answer comes within the spin: for a lock other owners hold and wait for, it comes
+//! after one or more handoffs, and the spinning thread takes the CPU that the grantor and the
+//! next holder need for those handoffs (on a small machine, measured in
+//! `docs/benchmarks.md`). So:
 //! - a request the grantor queued behind another owner ([`LockNotice::Queued`]) stops
 //!   spinning at once and sleeps until its grant wakes it;
 //! - the lock is then marked contended here, and later requests of it do not spin at all;

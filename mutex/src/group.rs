@@ -8,7 +8,7 @@
 //! its named services: one implementation serves both, the service only choosing which
 //! [`Front`](crate::front::Front) and which of the endpoint's lock services a call concerns.
 //!
-//! A wait busy-polls for [`crate::NodeBuilder::spin_wait`] before it sleeps, and while it
+//! A wait busy-polls for as long as [`crate::spin`] says before it sleeps, and while it
 //! spins it may read the transport itself ([`crate::duty`]): `poll_grant` and
 //! `poll_released` do both, so a grant from another process reaches the waiting task without
 //! a thread hop.

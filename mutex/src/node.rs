@@ -41,7 +41,7 @@ pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest a waiting lock future busy-polls for its answer before it sleeps, unless told
 /// otherwise ([`NodeBuilder::spin_wait`]): a few round trips on loopback, one or two on a
-/// fast LAN. Within it, each node spins about as long as its answers take.
+/// fast LAN. Within it, each node spins about twice as long as its answers take.
 pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(200);
 
 /// Configures and starts a [`Node`]. Made by [`Node::builder`].
@@ -161,14 +161,16 @@ impl NodeBuilder {
     ///
     /// Waking a sleeping thread can cost as much as a loopback round trip, so a spin makes an
     /// uncontended lock from another process cost about one round trip. Within this bound the
-    /// node adapts the spin to its round trips: it starts at 50 µs; an answer that a spin
-    /// caught sets the spin to about twice that round trip; each answer that came only after
-    /// the spin shortens it by an eighth (towards not spinning at all, which is what pays
-    /// where the spinning thread holds the CPU the answer needs); and every 64th wait spins
-    /// for the whole bound, to find out whether spinning pays again. Waits for a contended
-    /// lock do not spin (see the guide). The spin yields to the executor between polls (the
-    /// task wakes itself), so other tasks keep running, but it keeps a core busy for up to
-    /// this long per wait: set it to zero where CPU matters more than latency.
+    /// node adapts the spin to its round trips. It starts at the bound. An answer that a spin
+    /// caught sets the spin to about twice that round trip (at once if longer, by an eighth
+    /// of the difference if shorter). Once most recent answers came only after their spins,
+    /// each such answer shortens the spin by an eighth, towards not spinning at all, which is
+    /// what pays where the spinning thread holds the CPU the answer needs. Every 64th wait
+    /// spins for the whole bound, to find out whether spinning pays again (while these probes
+    /// miss, the gap doubles, up to 256 waits). One budget serves the whole node. Waits for a
+    /// contended lock do not spin (see the guide). The spin yields to the executor between
+    /// polls (the task wakes itself), so other tasks keep running, but it keeps a core busy
+    /// for up to this long per wait: set it to zero where CPU matters more than latency.
     pub fn spin_wait(mut self, spin: Duration) -> Self {
         self.spin_wait = spin;
         self

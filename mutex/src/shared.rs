@@ -787,3 +787,84 @@ fn end_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
         spin.answered(spun, sent.elapsed());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, RequestId};
+    use conclave_protocol::locking::{LockNotice, LockRequest};
+    use conclave_protocol::{Endpoint, EndpointConfig, Instant};
+
+    use super::{Effects, Shared};
+
+    const BOUND: Duration = Duration::from_secs(60);
+
+    fn shared() -> Shared {
+        let member = MemberId::new(1, "spin", ([127, 0, 0, 1], 1).into()).expect("member");
+        let endpoint = Endpoint::new("spin", member, EndpointConfig::local(), 1400);
+        Shared::new(endpoint, BOUND)
+    }
+
+    /// A request of `name` waiting for its remote answer, its round trip timed.
+    fn waiting(shared: &mut Shared, name: &str) -> RequestId {
+        let name = LockName::new(name).expect("name");
+        let id = shared
+            .register(Instant::ZERO, None, LockRequest::exclusive(1, name))
+            .expect("registered");
+        shared.start_spin(id, None);
+        assert!(shared.slots[&id].round_trip.is_some(), "timed");
+        id
+    }
+
+    fn notice(shared: &mut Shared, notice: LockNotice) {
+        shared.handle_notice(Instant::ZERO, None, notice, &mut Effects::default());
+    }
+
+    fn granted(request: RequestId, name: &str) -> LockNotice {
+        LockNotice::Granted {
+            request,
+            name: LockName::new(name).expect("name"),
+            owner: 1,
+            mode: LockMode::Exclusive,
+            token: FencingToken(1),
+        }
+    }
+
+    /// Only uncontended round trips teach the node how long to spin: a request the grantor
+    /// queued is not timed (its answer waits for other owners), one granted at once is, and so
+    /// is an acknowledged release.
+    #[test]
+    fn only_uncontended_round_trips_teach_the_spin() {
+        let mut shared = shared();
+        let queued = waiting(&mut shared, "queued");
+        notice(
+            &mut shared,
+            LockNotice::Queued {
+                request: queued,
+                name: LockName::new("queued").expect("name"),
+                position: 1,
+            },
+        );
+        assert!(shared.slots[&queued].round_trip.is_none());
+        notice(&mut shared, granted(queued, "queued"));
+        assert_eq!(shared.spin.current(), BOUND, "a queued wait taught nothing");
+
+        let free = waiting(&mut shared, "free");
+        notice(&mut shared, granted(free, "free"));
+        let after_grant = shared.spin.current();
+        assert!(after_grant < BOUND, "a caught grant pulls the spin down");
+
+        shared.slots.get_mut(&free).expect("slot").releasing = true;
+        shared.start_release_spin(free);
+        assert!(
+            shared.slots[&free].round_trip.is_some(),
+            "the release is timed"
+        );
+        notice(&mut shared, LockNotice::Released { request: free });
+        assert!(
+            shared.spin.current() < after_grant,
+            "and its acknowledgement counts"
+        );
+    }
+}

@@ -776,8 +776,6 @@ fn begin_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
     let now = std::time::Instant::now();
     let spun = spin.next();
     slot.round_trip = Some((now, spun));
-    // A bound too long for the clock (`Duration::MAX`) spins at most an hour.
-    let spun = spun.min(std::time::Duration::from_secs(3600));
     slot.spin_until = (!spun.is_zero()).then(|| now + spun);
 }
 

@@ -37,6 +37,10 @@ pub(crate) const PROBE_EVERY: u32 = 64;
 /// The longest gap between two probes, reached while probes keep missing their answers.
 pub(crate) const MAX_PROBE_GAP: u32 = 256;
 
+/// The longest spin whatever the bound (a bound such as `Duration::MAX` is too long for the
+/// clock to add).
+pub(crate) const LONGEST_SPIN: Duration = Duration::from_secs(3600);
+
 /// [`SpinBudget::caught`] when every recent answer came within its spin.
 const ALL_CAUGHT: u32 = 256;
 
@@ -57,8 +61,9 @@ pub(crate) struct SpinBudget {
 }
 
 impl SpinBudget {
-    /// A budget that never spins longer than `bound`.
+    /// A budget that never spins longer than `bound` (nor than [`LONGEST_SPIN`]).
     pub(crate) fn new(bound: Duration) -> Self {
+        let bound = bound.min(LONGEST_SPIN);
         Self {
             bound,
             current: bound,
@@ -278,7 +283,7 @@ mod tests {
         assert!(budget.current() < us(100), "{:?}", budget.current());
     }
 
-    /// A spin never exceeds the bound, however long the round trips it catches.
+    /// A spin never exceeds the bound, however long the round trips it catches, nor an hour.
     #[test]
     fn the_bound_holds() {
         let mut budget = SpinBudget::new(us(100));
@@ -286,5 +291,6 @@ mod tests {
             assert!(spun <= us(100));
         }
         assert_eq!(budget.current(), us(100));
+        assert_eq!(SpinBudget::new(Duration::MAX).next(), LONGEST_SPIN);
     }
 }

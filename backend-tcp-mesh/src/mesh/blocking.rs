@@ -101,11 +101,7 @@ impl BlockingRecv for TcpMesh {
             Step::Idle(_) if state.poll_now()? => state.drive(Instant::now(), Mode::Blocking),
             step => step,
         };
-        match step {
-            Step::Datagram(datagram) => Ok(Some(datagram)),
-            Step::Idle(_) => Ok(None),
-            Step::Closed => Err(closed()),
-        }
+        received(step)
     }
 
     /// Runs the drive step and returns the first whole frame: one already read, or one on a
@@ -117,11 +113,7 @@ impl BlockingRecv for TcpMesh {
     /// # Errors
     /// As [`BlockingRecv::recv_blocking`].
     fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
-        match self.lock().drive(Instant::now(), Mode::Blocking) {
-            Step::Datagram(datagram) => Ok(Some(datagram)),
-            Step::Idle(_) => Ok(None),
-            Step::Closed => Err(closed()),
-        }
+        received(self.lock().drive(Instant::now(), Mode::Blocking))
     }
 
     /// Rings the doorbell's pipe: the `recv_blocking` in progress, or the next one, returns
@@ -129,5 +121,14 @@ impl BlockingRecv for TcpMesh {
     fn interrupt(&self) {
         self.interrupted.store(true, Ordering::SeqCst);
         self.bell.wake_blocked();
+    }
+}
+
+/// What a receive that does not wait returns for a drive step.
+fn received(step: Step) -> io::Result<Option<Datagram>> {
+    match step {
+        Step::Datagram(datagram) => Ok(Some(datagram)),
+        Step::Idle(_) => Ok(None),
+        Step::Closed => Err(closed()),
     }
 }

@@ -20,6 +20,10 @@
 //!   and of the grantor's process; then 16 tasks spread over those four processes (4 each)
 //!   on one lock, and 8 tasks of this process on one lock whose grantor is elsewhere, with
 //!   node-level caching off and on (see `contend.rs`);
+//! - the floors of a contended lock (see `relay.rs`): the same four processes handing a
+//!   turn over with raw sockets and no lock library, through a fifth process playing a central
+//!   grantor (the relay) and straight from one to the next (the ring), and the contended
+//!   handoff rate as a ratio of the relay's;
 //! - failover: a lock held by the coordinator process, this process waiting; `kill -9` of the
 //!   coordinator until this process is granted the lock.
 //!
@@ -486,6 +490,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     let cpu_rows = contend::Cpu::per_handoff(contenders_cpu, grantor_cpu, handoffs);
     contended.sort();
     drop(hammers);
+    let floors = relay::measure(mode)?;
     let spread = contend::spread(&net, &node).await?;
     let local = contend::local(&net, &node).await?;
 
@@ -539,6 +544,25 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     println!(
         "| contended handoffs/s ÷ (1/RTT) | {:.2} (RTT: the floor p50) |",
         handoffs as f64 / elapsed * floor.as_secs_f64()
+    );
+    let rate = handoffs as f64 / elapsed;
+    println!(
+        "| raw relay: 4 processes through a fifth, no lock library: handoffs per second (÷ 1/RTT) | {:.0} ({:.2}) |",
+        floors.relay,
+        floors.relay * floor.as_secs_f64()
+    );
+    println!(
+        "| raw relay: CPU per handoff, its 5 processes together | {:.1} µs |",
+        floors.relay_cpu.as_secs_f64() * 1e6
+    );
+    println!(
+        "| raw ring: 4 processes passing a token, no lock library: handoffs per second (÷ 1/RTT) | {:.0} ({:.2}) |",
+        floors.ring,
+        floors.ring * floor.as_secs_f64()
+    );
+    println!(
+        "| contended handoffs/s ÷ raw relay | {:.2} |",
+        rate / floors.relay
     );
     println!(
         "| contended acquire latency here, p50 / p99 | {:.1} µs / {:.1} µs |",
@@ -639,12 +663,17 @@ fn child(args: &[String]) -> Result<(), Error> {
             Ok(())
         }),
         "tasks" => contend::child(args),
+        "relay-grantor" => relay::grantor(arg(1)?, arg(2)?),
+        "relay-taker" => relay::taker(arg(1)?, arg(2)?),
+        "ring-member" => relay::ring_member(arg(1)?, arg(2)?),
         other => Err(format!("unknown child role {other:?}").into()),
     }
 }
 
 #[path = "bench/contend.rs"]
 mod contend;
+#[path = "bench/relay.rs"]
+mod relay;
 
 /// A UDP transport that counts the lock-protocol datagrams it sends.
 struct Counted {

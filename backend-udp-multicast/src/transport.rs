@@ -3,7 +3,7 @@
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, UdpSocket};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use async_io::Async;
@@ -53,7 +53,20 @@ pub struct UdpMulticast {
     /// Wakes a thread blocked in [`BlockingRecv::recv_blocking`].
     #[cfg(unix)]
     doorbell: WakePipe,
+    /// The sockets the last `poll(2)` of [`BlockingRecv::recv_blocking`] found readable and
+    /// that have not been read empty since ([`UNICAST`], [`MULTICAST`]): what
+    /// [`BlockingRecv::try_recv_ready`] reads, so that draining a burst costs no receive on a
+    /// socket that had nothing.
+    #[cfg(unix)]
+    ready: AtomicU8,
 }
+
+/// [`UdpMulticast::ready`]: the unicast socket.
+#[cfg(unix)]
+const UNICAST: u8 = 1;
+/// [`UdpMulticast::ready`]: the discovery socket.
+#[cfg(unix)]
+const MULTICAST: u8 = 2;
 
 impl UdpMulticast {
     /// Binds the unicast socket and joins the discovery group as `config` says.
@@ -98,6 +111,8 @@ impl UdpMulticast {
             max_datagram: config.max_datagram,
             scratch: Mutex::new(vec![0; RECEIVE_BUFFER]),
             closed: AtomicBool::new(false),
+            #[cfg(unix)]
+            ready: AtomicU8::new(0),
             closing: Event::new(),
             #[cfg(unix)]
             doorbell: WakePipe::new()?,
@@ -154,6 +169,35 @@ impl UdpMulticast {
                 return Ok(Some(
                     (!datagram.bytes.is_empty() && !ours).then_some(datagram),
                 ));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes one datagram from the sockets marked in `ready` (unicast first), unmarking each
+    /// found empty. `Some(None)` as in [`UdpMulticast::try_recv_any`].
+    ///
+    /// # Errors
+    /// `NotConnected` once the transport is closed; an error of the sockets.
+    #[cfg(unix)]
+    fn try_recv_marked(&self) -> io::Result<Option<Option<Datagram>>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed());
+        }
+        for (bit, socket) in [(UNICAST, &self.unicast), (MULTICAST, &self.multicast)] {
+            if self.ready.load(Ordering::Relaxed) & bit == 0 {
+                continue;
+            }
+            match self.try_recv(socket)? {
+                Some(datagram) => {
+                    let ours = datagram.from == self.local;
+                    return Ok(Some(
+                        (!datagram.bytes.is_empty() && !ours).then_some(datagram),
+                    ));
+                }
+                None => {
+                    self.ready.fetch_and(!bit, Ordering::Relaxed);
+                }
             }
         }
         Ok(None)
@@ -248,12 +292,15 @@ impl Transport for UdpMulticast {
 }
 
 /// The driver's thread waits in `poll(2)` on both sockets, so the kernel wakes it directly
-/// when a datagram arrives; a pipe (the doorbell) in the same poll interrupts it.
+/// when a datagram arrives; a pipe (the doorbell) in the same poll interrupts it. It polls
+/// first, without trying the sockets: its caller has just drained them
+/// ([`BlockingRecv::try_recv_ready`]), and `poll(2)` returns at once for a datagram that came
+/// since. After the poll it reads only the sockets the poll found readable.
 #[cfg(unix)]
 impl BlockingRecv for UdpMulticast {
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>> {
-        if let Some(datagram) = self.try_recv_any()? {
-            return Ok(datagram);
+        if self.closed.load(Ordering::Acquire) {
+            return Err(closed());
         }
         // A timeout too long for a timespec waits without limit; callers loop anyway.
         let timeout = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
@@ -267,15 +314,27 @@ impl BlockingRecv for UdpMulticast {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(errno) => return Err(errno.into()),
         }
+        let mut ready = 0;
+        for (bit, fd) in [(UNICAST, &fds[0]), (MULTICAST, &fds[1])] {
+            if !fd.revents().is_empty() {
+                ready |= bit;
+            }
+        }
+        self.ready.store(ready, Ordering::Relaxed);
         if !fds[2].revents().is_empty() {
             self.doorbell.answer();
             return Ok(None);
         }
-        Ok(self.try_recv_any()?.flatten())
+        Ok(self.try_recv_marked()?.flatten())
     }
 
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
         Ok(self.try_recv_any()?.flatten())
+    }
+
+    /// Reads on only from the sockets the last wait found readable, until each is empty.
+    fn try_recv_ready(&self) -> io::Result<Option<Datagram>> {
+        Ok(self.try_recv_marked()?.flatten())
     }
 
     fn interrupt(&self) {

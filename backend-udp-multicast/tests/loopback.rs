@@ -84,3 +84,48 @@ fn the_blocking_receive_gets_both_sockets_datagrams_and_times_out() {
     );
     assert!(start.elapsed() >= Duration::from_millis(20));
 }
+
+#[test]
+fn try_recv_ready_drains_the_burst_a_wait_found() {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let a = UdpMulticast::bind(&config(11)).unwrap();
+    let b = UdpMulticast::bind(&config(11)).unwrap();
+    let receiver = b
+        .blocking()
+        .expect("the UDP backend has a blocking receive");
+    for payload in [&b"one"[..], b"two", b"three"] {
+        a.send_to(b.local_addr(), payload).unwrap();
+    }
+    let first = receiver
+        .recv_blocking(Some(LIMIT))
+        .unwrap()
+        .expect("a datagram");
+    assert_eq!(
+        (first.from, &first.bytes[..]),
+        (a.local_addr(), &b"one"[..])
+    );
+    for expected in [&b"two"[..], b"three"] {
+        let got = receiver
+            .try_recv_ready()
+            .unwrap()
+            .expect("the rest of the burst");
+        assert_eq!((got.from, &got.bytes[..]), (a.local_addr(), expected));
+    }
+    assert_eq!(receiver.try_recv_ready().unwrap(), None);
+
+    // A datagram that arrives after the wait: whatever `try_recv_ready` says of it, it is not
+    // lost, and it is not delivered twice.
+    a.send_to(b.local_addr(), b"later").unwrap();
+    let mut got = Vec::new();
+    let deadline = StdInstant::now() + LIMIT;
+    while got.is_empty() && StdInstant::now() < deadline {
+        if let Some(d) = receiver.try_recv_ready().unwrap() {
+            got.push(d.bytes);
+        } else if let Some(d) = receiver.recv_blocking(Some(LIMIT)).unwrap() {
+            got.push(d.bytes);
+        }
+    }
+    assert_eq!(got, vec![b"later".to_vec()]);
+    assert_eq!(receiver.try_recv_ready().unwrap(), None);
+    assert_eq!(receiver.try_recv().unwrap(), None);
+}

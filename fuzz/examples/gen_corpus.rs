@@ -149,6 +149,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 name: l(),
                 owner: owner(1, 1),
                 token,
+                lazy: false,
             }),
         ),
         (
@@ -539,6 +540,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     name: name("l1"),
                     owner: owner(1, 1),
                     token: FencingToken::new(2, 1),
+                    lazy: true,
                 }),
                 Some(StreamAck {
                     stream: 1,
@@ -547,7 +549,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
             )),
         ),
         Step::Advance(100),
-        Step::Unlock(0),
+        Step::Unlock(128), // as a dropped guard: `unlock_lazy`
         Step::QueryTable,
         Step::Advance(1000),
     ]);

@@ -176,9 +176,13 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             Step::Unlock(pick) => {
-                if let Some(&request) = pick_one(&requests, pick) {
+                if let Some(&request) = pick_one(&requests, pick % 128) {
                     // Not held (yet, or any more) is an answer, not a failure.
-                    let _ = endpoint.unlock(now, request);
+                    let _ = if pick >= 128 {
+                        endpoint.unlock_lazy(now, request)
+                    } else {
+                        endpoint.unlock(now, request)
+                    };
                 }
             }
             Step::Cancel(pick) => {

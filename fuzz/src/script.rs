@@ -74,7 +74,8 @@ pub enum Step {
         /// Ask not to be told that the request was queued (`lock_quiet`).
         quiet: bool,
     },
-    /// Unlock the request made so far with this index (modulo their number).
+    /// Unlock the request made so far with index `pick % 128` (modulo their number); with
+    /// `pick` 128 or more, as a dropped guard does (`unlock_lazy`).
     Unlock(u8),
     /// Cancel the request made so far with this index (modulo their number).
     Cancel(u8),
@@ -365,6 +366,7 @@ impl<'a> Reader<'a> {
                 name: self.name(),
                 owner: self.owner(),
                 token: self.token(),
+                lazy: self.flag(),
             },
             10 => LockMessage::Granted {
                 request: self.request(),
@@ -804,12 +806,14 @@ impl Writer {
                 name,
                 owner,
                 token,
+                lazy,
             } => {
                 self.u8(9);
                 self.request(request);
                 self.name(name);
                 self.owner(owner);
                 self.token(token);
+                self.flag(*lazy);
             }
             LockMessage::Granted {
                 request,

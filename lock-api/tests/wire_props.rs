@@ -507,13 +507,15 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_request_id(),
             arb_lock_name(),
             arb_owner_id(),
-            arb_token()
+            arb_token(),
+            any::<bool>()
         )
-            .prop_map(|(request, name, owner, token)| LockMessage::Unlock {
+            .prop_map(|(request, name, owner, token, lazy)| LockMessage::Unlock {
                 request,
                 name,
                 owner,
-                token
+                token,
+                lazy
             }),
         (
             arb_request_id(),
@@ -1649,15 +1651,8 @@ fn golden_lock_message_and_its_quiet_flag() {
             quiet,
         })
     };
-    let loud = wire::encode_message(&lock(false)).expect("encodes");
+    let (loud, quiet) = flag_on_the_wire(lock, "quiet");
     assert_eq!(hex(&loud), GOLDEN, "the wire format changed");
-    assert_eq!(wire::decode_message(&loud), Ok(lock(false)));
-    let quiet = wire::encode_message(&lock(true)).expect("encodes");
-    assert!(
-        hex(&quiet).contains(&hex(b"quiet")),
-        "the flag is on the wire"
-    );
-    assert_eq!(wire::decode_message(&quiet), Ok(lock(true)));
 
     // A member built before the flag existed: its `Lock` had every field but `quiet`. It
     // reads a quiet request as an ordinary one (serde skips the field it does not know).
@@ -1688,4 +1683,64 @@ fn golden_lock_message_and_its_quiet_flag() {
         ..
     }) = old;
     assert_eq!((request, wait, stamp), (RequestId(42), true, 9));
+}
+
+/// Encodes `message(false)` and `message(true)`: the field `flag` is on the wire only in the
+/// second, and both decode to what was encoded. Returns both encodings.
+fn flag_on_the_wire(message: impl Fn(bool) -> Message, flag: &str) -> (Vec<u8>, Vec<u8>) {
+    let without = wire::encode_message(&message(false)).expect("encodes");
+    let with = wire::encode_message(&message(true)).expect("encodes");
+    assert!(
+        !hex(&without).contains(&hex(flag.as_bytes())),
+        "{flag}: no field when false"
+    );
+    assert!(
+        hex(&with).contains(&hex(flag.as_bytes())),
+        "{flag}: the field is on the wire"
+    );
+    assert_eq!(wire::decode_message(&without), Ok(message(false)));
+    assert_eq!(wire::decode_message(&with), Ok(message(true)));
+    (without, with)
+}
+
+/// PINNED WIRE FORMAT: a release that is not lazy encodes exactly as before the `lazy` field
+/// existed (no field), so members that predate it decode every release; a lazy one carries the
+/// field, and a member that predates it reads it as an ordinary release (and answers at once).
+#[test]
+fn unlock_message_and_its_lazy_flag() {
+    let unlock = |lazy| {
+        Message::Lock(LockMessage::Unlock {
+            request: RequestId(42),
+            name: LockName::new("orders/7").expect("valid"),
+            owner: OwnerId {
+                member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800)))
+                    .expect("valid"),
+                local: 3,
+            },
+            token: FencingToken::new(2, 5),
+            lazy,
+        })
+    };
+    let (eager, lazy) = flag_on_the_wire(unlock, "lazy");
+
+    // A member built before the flag existed: its `Unlock` had every field but `lazy`.
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldMessage {
+        Lock(OldLockMessage),
+    }
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldLockMessage {
+        Unlock {
+            request: RequestId,
+            name: LockName,
+            owner: OwnerId,
+            token: FencingToken,
+        },
+    }
+    for bytes in [&eager, &lazy] {
+        let old: OldMessage =
+            ciborium::from_reader(bytes.as_slice()).expect("an older member decodes it");
+        let OldMessage::Lock(OldLockMessage::Unlock { request, token, .. }) = old;
+        assert_eq!((request, token), (RequestId(42), FencingToken::new(2, 5)));
+    }
 }

@@ -137,6 +137,7 @@ impl Inner {
             lost,
             unexpected,
             node_changed,
+            wakers,
         } = effects;
         for transmit in transmits {
             let result = match transmit.destination {
@@ -146,6 +147,9 @@ impl Inner {
             if let Err(error) = result {
                 debug!(%error, "datagram not sent; the protocol will retransmit");
             }
+        }
+        for waker in wakers {
+            waker.wake();
         }
         if wake_driver {
             self.command(Command::Flush);
@@ -246,6 +250,12 @@ impl Slot {
         }
     }
 
+    /// Hands the tasks waiting on this slot to `effects`, to be woken once the state lock is
+    /// released (a task woken under it would find it taken and sleep again at once).
+    fn wake_later(&mut self, effects: &mut Effects) {
+        effects.wakers.append(&mut self.wakers);
+    }
+
     /// Has `waker` woken at the slot's next change.
     pub(crate) fn register(&mut self, waker: &Waker) {
         if !self.wakers.iter().any(|w| w.will_wake(waker)) {
@@ -270,6 +280,8 @@ pub(crate) struct Effects {
     lost: Vec<(LostHandler, LockLost)>,
     unexpected: Vec<(UnexpectedHandler, UnexpectedLock)>,
     node_changed: bool,
+    /// Tasks to wake: their slots were answered.
+    wakers: Vec<Waker>,
 }
 
 impl Effects {
@@ -286,6 +298,7 @@ impl Effects {
         self.lost.extend(later.lost);
         self.unexpected.extend(later.unexpected);
         self.node_changed |= later.node_changed;
+        self.wakers.extend(later.wakers);
     }
 }
 
@@ -421,14 +434,16 @@ impl Shared {
         };
         match slot.outcome {
             Some(Ok(_)) if slot.releasing => {}
-            Some(Ok(_)) => self.release_held(now, request, &slot),
+            Some(Ok(_)) => self.release_dropped(now, request, &slot),
             Some(Err(_)) => {}
             None => self.endpoint.cancel(now, request),
         }
     }
 
-    fn release_held(&mut self, now: Instant, request: RequestId, slot: &Slot) {
-        if self.endpoint.unlock(now, request).is_ok() {
+    /// Releases the hold of a guard dropped (or a grant nobody waits for any more): nobody
+    /// waits for the acknowledgement, so the release is lazy.
+    fn release_dropped(&mut self, now: Instant, request: RequestId, slot: &Slot) {
+        if self.endpoint.unlock_lazy(now, request).is_ok() {
             self.emit_unlocked_of(request, slot);
         }
     }
@@ -576,7 +591,7 @@ impl Shared {
                         .granted(service, &slot.name, slot.queued, slot.quiet);
                     end_round_trip(&mut self.spin, slot);
                     slot.outcome = Some(Ok(token));
-                    slot.wake();
+                    slot.wake_later(effects);
                     let owner = self.owner_id(owner);
                     self.front_mut(service).emit_with(|| LockEvent::Locked {
                         name,
@@ -627,22 +642,20 @@ impl Shared {
                         Refusal::Unavailable => LockError::Unavailable,
                         Refusal::Destroyed => LockError::ServiceDestroyed,
                     }));
-                    slot.wake();
+                    slot.wake_later(effects);
                 }
             }
             LockNotice::Released { request } => {
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.released = true;
                     end_round_trip(&mut self.spin, slot);
-                    slot.wake();
+                    slot.wake_later(effects);
                 }
             }
             LockNotice::Table { query, table } => {
                 if let Some(waiting) = self.tables.get_mut(&query) {
                     waiting.answer = Some(table.ok_or(LockError::Unavailable));
-                    for waker in waiting.wakers.drain(..) {
-                        waker.wake();
-                    }
+                    effects.wakers.append(&mut waiting.wakers);
                 }
             }
             LockNotice::GrantorServing { grantor } => {
@@ -671,7 +684,7 @@ impl Shared {
                 warn!(member = %self.endpoint.local(), lock = %name, ?reason, "lock lost");
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.lost = Some(reason);
-                    slot.wake();
+                    slot.wake_later(effects);
                 }
                 self.lost(
                     service,

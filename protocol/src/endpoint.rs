@@ -571,6 +571,19 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Releases the lock acquired by `request` without waiting for the acknowledgement (a
+    /// guard dropped). See [`LockService::unlock_lazy`].
+    ///
+    /// # Errors
+    /// [`NotHeld`] if the request holds no lock here.
+    pub fn unlock_lazy(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.service_for(now, request.0)
+            .ok_or(NotHeld(request))?
+            .unlock_lazy(now, request)?;
+        self.pump(now);
+        Ok(())
+    }
+
     /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
     /// See [`LockService::extend_lease`].
     ///

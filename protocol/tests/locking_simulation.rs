@@ -624,10 +624,12 @@ fn service_seeds_run_clean() {
 }
 
 /// The quiet-requests band: half the waiting requests ask the grantor not to say they were
-/// queued (`lock_quiet`), in the default service and in named ones (the named-services
-/// workload), both policies, gentle and harsh (`CONCLAVE_QUIET_SEEDS` /
-/// `CONCLAVE_QUIET_HARSH_SEEDS` per policy). A quiet request must wait its turn like any
-/// other: every checker runs as in the other bands.
+/// queued (`lock_quiet`), and half the holds end as a dropped guard does (a lazy release,
+/// `unlock_lazy`), in the default service and in named ones (the named-services workload), both
+/// policies, gentle and harsh (`CONCLAVE_QUIET_SEEDS` / `CONCLAVE_QUIET_HARSH_SEEDS` per
+/// policy): what a contended loop of `drop(lock().await?)` does. A quiet request must wait its
+/// turn like any other, and a lazy release must end like any other: every checker runs as in
+/// the other bands.
 #[test]
 fn quiet_request_seeds_run_clean() {
     let gentle = seeds("CONCLAVE_QUIET_SEEDS", 8, 150);
@@ -635,6 +637,7 @@ fn quiet_request_seeds_run_clean() {
     let quiet = |mut config: SimConfig| {
         if let Some(workload) = config.workload.as_mut() {
             workload.quiet = 0.5;
+            workload.dropped = 0.5;
         }
         config
     };
@@ -668,6 +671,8 @@ fn quiet_request_seeds_run_clean() {
                 t.named_services.quiet_waits > 0,
                 "{name}: no quiet wait in a named service"
             );
+            let lazy = t.grantor.lazy_acks + t.named_services.lazy_acks;
+            assert!(lazy > 0, "{name}: no release acknowledgement was held back");
         }
     }
 }
@@ -788,6 +793,7 @@ fn replay() {
             ("CONCLAVE_SIM_LEASED", &mut workload.leased),
             ("CONCLAVE_SIM_TRANSFER", &mut workload.transfer),
             ("CONCLAVE_SIM_QUIET", &mut workload.quiet),
+            ("CONCLAVE_SIM_DROPPED", &mut workload.dropped),
         ] {
             if let Ok(value) = std::env::var(var) {
                 *share = value.parse().expect("a share between 0 and 1");

@@ -383,6 +383,12 @@ pub enum LockMessage {
         owner: OwnerId,
         /// Token of the grant released.
         token: FencingToken,
+        /// Nobody waits for the [`LockMessage::UnlockAck`] (a guard dropped, not awaited):
+        /// the grantor may hold it back a few milliseconds to send it with its next message
+        /// to the client, instead of in a datagram of its own. Absent means `false`, so members
+        /// that predate it are answered at once.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        lazy: bool,
     },
     /// Grantor → client: the request is granted.
     Granted {

@@ -327,7 +327,7 @@ impl LockService {
         if self.cache.serve_after_return {
             // Sabotage: the grant goes back, the entry stays and keeps serving.
             let grant = entry.grant;
-            self.client.unlock(grant, &mut self.outbox);
+            self.client.unlock(grant, false, &mut self.outbox);
             if let Some(entry) = self.cache.entries.get_mut(name) {
                 entry.revoking = false;
             }
@@ -338,7 +338,7 @@ impl LockService {
         };
         self.cache.stats.returned += 1;
         if entry.block.is_some() {
-            self.client.unlock(entry.grant, &mut self.outbox);
+            self.client.unlock(entry.grant, false, &mut self.outbox);
         } else {
             self.client.cancel(entry.grant, &mut self.outbox);
         }
@@ -583,7 +583,7 @@ impl LockService {
                 }
                 LockNotice::Granted { .. } => {
                     // A node grant nobody here wants any more: return it.
-                    self.client.unlock(grant, &mut self.outbox);
+                    self.client.unlock(grant, false, &mut self.outbox);
                 }
                 LockNotice::Queued { position, .. } if ours => {
                     if let Some(entry) = self.cache.entries.get_mut(&name) {

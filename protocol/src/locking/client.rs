@@ -74,6 +74,9 @@ struct Release {
     name: LockName,
     owner: u64,
     token: FencingToken,
+    /// Nobody waits for the acknowledgement: the grantor may send it late, with its next
+    /// message to this member ([`LockMessage::Unlock`]'s `lazy`).
+    lazy: bool,
 }
 
 /// The client state of one member.
@@ -429,7 +432,8 @@ impl Client {
     }
 
     /// Releases the lock acquired by `request`: at once for the caller, acknowledged later.
-    pub(crate) fn unlock(&mut self, request: RequestId, out: &mut Outbox) -> bool {
+    /// `lazy`: nobody waits for the acknowledgement, so the grantor may hold it back.
+    pub(crate) fn unlock(&mut self, request: RequestId, lazy: bool, out: &mut Outbox) -> bool {
         let Some(held) = self.held.remove(&request) else {
             return false;
         };
@@ -437,6 +441,7 @@ impl Client {
             name: held.name,
             owner: held.owner,
             token: held.table_token,
+            lazy,
         };
         if let Some(grantor) = &self.grantor {
             out.push_back((grantor.clone(), self.unlock_message(request, &release)));
@@ -451,6 +456,7 @@ impl Client {
             name: r.name.clone(),
             owner: self.owner(r.owner),
             token: r.token,
+            lazy: r.lazy,
         }
     }
 
@@ -563,6 +569,7 @@ impl Client {
                 name: held.name.clone(),
                 owner: held.owner,
                 token: held.table_token,
+                lazy: false,
             };
             if let Some(grantor) = &self.grantor {
                 out.push_back((grantor.clone(), self.unlock_message(request, &release)));
@@ -956,6 +963,7 @@ impl Client {
             name,
             owner: self.owner(0),
             token,
+            lazy: false,
         }
     }
 

@@ -11,6 +11,7 @@ use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequ
 use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use tracing::{debug, info, warn};
 
+use super::lazy_ack::LazyAcks;
 use super::table::{Holder, LockTable, Verdict, Waiter};
 use super::Outbox;
 use crate::time::Instant;
@@ -98,6 +99,10 @@ pub struct GrantorStats {
     /// Requests queued behind another owner without a `Queued` message, because they asked
     /// not to be told ([`crate::locking::LockService::lock_quiet`]).
     pub quiet_waits: u64,
+    /// Lazy releases (nobody waits for them, such as dropped guards) whose acknowledgement
+    /// was held back, to leave with a later message to their member or on its own once due
+    /// (see [`crate::locking::LAZY_ACK_DELAY`]).
+    pub lazy_acks: u64,
 }
 
 impl std::ops::AddAssign for GrantorStats {
@@ -116,6 +121,7 @@ impl std::ops::AddAssign for GrantorStats {
         self.handoffs += other.handoffs;
         self.transfers += other.transfers;
         self.quiet_waits += other.quiet_waits;
+        self.lazy_acks += other.lazy_acks;
     }
 }
 
@@ -155,6 +161,9 @@ pub(crate) struct Grantor {
     pub(crate) delegation_grace: Duration,
     /// Node grants asked back already: (member, request, token).
     revoked: BTreeSet<(MemberId, RequestId, conclave_lock_api::FencingToken)>,
+    /// Acknowledgements of lazy releases held back (kept across phases: each answers a
+    /// release already applied).
+    pub(crate) lazy_acks: LazyAcks,
     /// Grants in the order made, for the simulator's token checker.
     #[cfg(feature = "sim")]
     pub(crate) grant_log: Vec<(LockName, conclave_lock_api::FencingToken)>,
@@ -167,6 +176,7 @@ impl Grantor {
             phase: Phase::Idle,
             table: LockTable::default(),
             revoked: BTreeSet::new(),
+            lazy_acks: LazyAcks::default(),
             last_write: BTreeMap::new(),
             delegation_grace: Duration::from_secs(1),
             epoch: 0,
@@ -610,6 +620,7 @@ impl Grantor {
                         name: release.name,
                         owner: release.owner,
                         token: release.token,
+                        lazy: false,
                     },
                     out,
                 );
@@ -788,6 +799,7 @@ impl Grantor {
                 request,
                 name,
                 token,
+                lazy,
                 ..
             } => {
                 // Only the grant named by its token: a request given back (its grant arrived
@@ -797,7 +809,12 @@ impl Grantor {
                     .table
                     .release_grant(&name, from, request, token)
                     .is_some();
-                out.push_back((from.clone(), LockMessage::UnlockAck { request }));
+                if lazy && *from != self.local {
+                    self.stats.lazy_acks += 1;
+                    self.lazy_acks.hold(ctx.now, from, request, out);
+                } else {
+                    out.push_back((from.clone(), LockMessage::UnlockAck { request }));
+                }
                 if freed {
                     self.promote(ctx, &name, out);
                 }

@@ -34,6 +34,7 @@ mod cache;
 mod client;
 mod config;
 mod grantor;
+mod lazy_ack;
 mod lease;
 mod table;
 
@@ -57,6 +58,7 @@ use lease::{scale, Support, Term};
 pub use cache::{CacheStats, NodeCacheConfig};
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
+pub use lazy_ack::LAZY_ACK_DELAY;
 
 /// The shortest lease of a hold (`LockRequest::lease`).
 const MIN_LEASE: Duration = Duration::from_millis(1);
@@ -618,7 +620,10 @@ impl LockService {
 
     /// Withdraws a request (the caller's future was dropped). If the grant races the
     /// cancellation (in flight, or already arrived but not yet seen by the caller), the lock is
-    /// released: nothing stays held or queued.
+    /// released: nothing stays held or queued. A held lock is released the same way (a guard
+    /// dropped): the release is sent *lazy*, since nobody waits for its acknowledgement, and
+    /// the grantor may hold that back for up to [`LAZY_ACK_DELAY`] to send it with its next
+    /// message to this member.
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
         self.enter(now);
         if self.cache_cancel(now, request) {
@@ -626,7 +631,8 @@ impl LockService {
             return;
         }
         if !self.client.cancel(request, &mut self.outbox) {
-            self.client.unlock(request, &mut self.outbox);
+            // Cancelling a hold releases it, and nobody waits for the acknowledgement.
+            self.client.unlock(request, true, &mut self.outbox);
         }
         self.pump(now);
     }
@@ -637,12 +643,28 @@ impl LockService {
     /// # Errors
     /// [`NotHeld`] if `request` holds nothing here (never granted, already released or lost).
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.release(now, request, false)
+    }
+
+    /// Releases the lock acquired by `request` for a caller that will not wait for the
+    /// acknowledgement (a guard dropped rather than unlocked): as [`LockService::unlock`], but
+    /// the release is sent *lazy*, and the grantor may hold its acknowledgement back for up to
+    /// [`LAZY_ACK_DELAY`] to send it with its next message to this member instead of in a
+    /// datagram of its own. [`LockNotice::Released`] still comes, that much later at most.
+    ///
+    /// # Errors
+    /// [`NotHeld`] if `request` holds nothing here (never granted, already released or lost).
+    pub fn unlock_lazy(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.release(now, request, true)
+    }
+
+    fn release(&mut self, now: Instant, request: RequestId, lazy: bool) -> Result<(), NotHeld> {
         self.enter(now);
         if self.cache_unlock(now, request).is_some() {
             self.pump(now);
             return Ok(());
         }
-        if !self.client.unlock(request, &mut self.outbox) {
+        if !self.client.unlock(request, lazy, &mut self.outbox) {
             return Err(NotHeld(request));
         }
         self.pump(now);
@@ -881,7 +903,7 @@ impl LockService {
             .map(|(r, _)| *r)
             .collect();
         for request in &held {
-            self.client.unlock(*request, &mut self.outbox);
+            self.client.unlock(*request, false, &mut self.outbox);
         }
         let pending: Vec<RequestId> = self
             .client
@@ -949,6 +971,7 @@ impl LockService {
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
         self.enter(now);
+        self.grantor.lazy_acks.keep_members_of(view);
         // A transfer lasts for its view: a view change falls back to the coordinator's
         // reconciliation (and a member that wants the role asks the new grantor again).
         self.transferred = None;
@@ -1327,6 +1350,7 @@ impl LockService {
                 .map(|since| since + self.config.lease),
             self.cache_next_timeout(),
             self.client.next_acquisition_expiry(),
+            self.grantor.lazy_acks.next_due(),
         ]
         .into_iter()
         .flatten()
@@ -1804,7 +1828,9 @@ impl LockService {
         if !self.outbox.iter().all(|(to, _)| *to != self.local) {
             // The cache released or asked at this member's own grantor.
             self.pump(now);
+            return;
         }
+        self.grantor.lazy_acks.flush(now, &mut self.outbox);
     }
 
     /// Whether this member handed the grantor role of its current view to another member.

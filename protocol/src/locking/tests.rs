@@ -353,6 +353,75 @@ fn a_quiet_request_waits_in_the_queue_without_a_queued_message() {
     assert!(t2 > t1);
 }
 
+/// What the grantor sent member `to` and still holds back on a slow link, in order.
+fn held_back_to(c: &Cluster, to: u8) -> Vec<LockMessage> {
+    c.held_back
+        .iter()
+        .filter(|(_, t, _)| *t == member(to))
+        .map(|(_, _, m)| m.clone())
+        .collect()
+}
+
+#[test]
+fn a_dropped_holds_release_is_acknowledged_with_the_next_message_or_after_the_delay() {
+    let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    let a = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    assert!(c.granted(2, a).is_some());
+    let w = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    // What the grantor says to member 2 is held back, to be read.
+    c.slow_link(1, 2);
+    let now = c.now;
+    c.node(2).cancel(now, a); // the guard dropped: a lazy release
+    c.deliver();
+    assert!(c.granted(3, w).is_some(), "the release took effect at once");
+    assert!(
+        held_back_to(&c, 2).is_empty(),
+        "no datagram of its own for the acknowledgement"
+    );
+    assert_eq!(c.node(1).grantor_stats().lazy_acks, 1);
+
+    // Member 2 asks again and is queued: the acknowledgement goes with the `Queued`.
+    let b = c.lock(2, 2, "x", LockMode::Exclusive, true);
+    assert!(matches!(
+        held_back_to(&c, 2)[..],
+        [LockMessage::Queued { request: q, .. }, LockMessage::UnlockAck { request: r }]
+            if q == b && r == a
+    ));
+
+    // Nothing else for member 2: the acknowledgement of a second dropped hold (the front end's
+    // `unlock_lazy` this time) leaves on its own once due.
+    c.release_slow();
+    c.unlock(3, w);
+    assert!(c.granted(2, b).is_some());
+    c.slow_link(1, 2);
+    let now = c.now;
+    c.node(2).unlock_lazy(now, b).expect("held");
+    c.deliver();
+    assert!(held_back_to(&c, 2).is_empty());
+    let due = c
+        .node(1)
+        .poll_timeout()
+        .expect("the grantor has a deadline");
+    assert!(due <= now + LAZY_ACK_DELAY, "due within the delay");
+    c.advance(LAZY_ACK_DELAY);
+    assert!(matches!(
+        held_back_to(&c, 2)[..],
+        [LockMessage::UnlockAck { request: r }] if r == b
+    ));
+    c.release_slow();
+    let released: Vec<RequestId> = c
+        .take_notices(2)
+        .iter()
+        .filter_map(|n| match n {
+            LockNotice::Released { request } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, [a, b]);
+    assert_eq!(c.node(2).client.pending_releases(), 0);
+}
+
 #[test]
 fn a_queued_writer_holds_back_later_readers() {
     let mut c = Cluster::new(&[1, 2], LockConfig::local());

@@ -793,6 +793,9 @@ impl Simulation {
                     // A lock lost meanwhile is no longer held: that is not an error here.
                     let _ = endpoint.unlock(local, request);
                 }
+                Some(Action::Drop(request)) => {
+                    let _ = endpoint.unlock_lazy(local, request);
+                }
                 None => {}
             }
         }
@@ -986,6 +989,9 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
         }
         if w.quiet > 0.0 {
             profile.push_str(&format!("CONCLAVE_SIM_QUIET={} ", w.quiet));
+        }
+        if w.dropped > 0.0 {
+            profile.push_str(&format!("CONCLAVE_SIM_DROPPED={} ", w.dropped));
         }
     }
     let nodes = if config.nodes == SimConfig::default().nodes {

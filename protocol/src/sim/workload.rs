@@ -43,6 +43,10 @@ pub struct Workload {
     /// Share of waiting requests that ask the grantor not to say they were queued
     /// (`lock_quiet`). Default 0 (no random draw then).
     pub quiet: f64,
+    /// Share of holds that end as a dropped guard does: by `unlock_lazy` (a lazy release,
+    /// whose acknowledgement the grantor may hold back), not `unlock`. Default 0 (no random
+    /// draw then).
+    pub dropped: f64,
 }
 
 impl Workload {
@@ -71,6 +75,7 @@ impl Default for Workload {
             transfer: 0.0,
             services: 0,
             quiet: 0.0,
+            dropped: 0.0,
         }
     }
 }
@@ -121,6 +126,8 @@ pub(crate) enum Action {
     Lock(LockRequest, bool),
     Cancel(RequestId),
     Unlock(RequestId),
+    /// A release nobody waits for (a guard dropped): `unlock_lazy`.
+    Drop(RequestId),
     /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
     Extend(RequestId, Duration),
     /// Ask for the grantor role for the actor's node.
@@ -221,7 +228,11 @@ impl Actor {
             Actor::Holding { request, until, .. } if until <= now => {
                 stats.released += 1;
                 *self = Actor::idle(rng, now, w);
-                Some(Action::Unlock(request))
+                if w.dropped > 0.0 && rng.chance(w.dropped) {
+                    Some(Action::Drop(request))
+                } else {
+                    Some(Action::Unlock(request))
+                }
             }
             _ => None,
         }

@@ -3,8 +3,8 @@
 //! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE]
-//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS]
 //! ```
 //!
 //! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
@@ -15,7 +15,8 @@
 //! ([`EndpointConfig::local`]). `--majority N` selects the `Majority { cluster_size: N }`
 //! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
 //! term it promised, so fencing tokens never go back across restarts); `--key-file FILE` the
-//! cluster key (64 hex digits) that seals its traffic. The member name is 1 to 64 characters
+//! cluster key (64 hex digits) that seals its traffic; `--suspect-ms MS` the failure detector's
+//! suspect timeout, in milliseconds, instead of the one-host timings'. The member name is 1 to 64 characters
 //! of `[A-Za-z0-9_.-]`.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
@@ -102,6 +103,7 @@ struct Args {
     majority: Option<usize>,
     data_dir: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    suspect: Option<Duration>,
 }
 
 /// Which transport, and where.
@@ -116,8 +118,13 @@ impl Args {
         let mut majority = None;
         let mut data_dir = None;
         let mut key_file = None;
+        let mut suspect = None;
         while let Some(arg) = args.next() {
-            if arg == "--key-file" {
+            if arg == "--suspect-ms" {
+                let ms = args.next().ok_or("--suspect-ms needs milliseconds")?;
+                let ms: u64 = ms.parse().map_err(|e| format!("--suspect-ms {ms}: {e}"))?;
+                suspect = Some(Duration::from_millis(ms));
+            } else if arg == "--key-file" {
                 key_file = Some(PathBuf::from(args.next().ok_or("--key-file needs a file")?));
             } else if arg == "--data-dir" {
                 data_dir = Some(PathBuf::from(
@@ -182,6 +189,7 @@ impl Args {
             majority,
             data_dir,
             key_file,
+            suspect,
         })
     }
 }
@@ -218,9 +226,13 @@ async fn run(args: Args) -> Result<(), String> {
             builder.transport(TcpMesh::loopback(seeds).map_err(|e| format!("bind: {e}"))?)
         }
     };
+    let mut config = EndpointConfig::local();
+    if let Some(suspect) = args.suspect {
+        config.gms.suspect_timeout = suspect;
+    }
     let mut builder = builder
         .name(args.name)
-        .config(EndpointConfig::local())
+        .config(config)
         .join_timeout(JOIN_TIMEOUT);
     if let Some(cluster_size) = args.majority {
         builder = builder.partition_policy(PartitionPolicy::Majority { cluster_size });

@@ -164,14 +164,16 @@ impl UdpMulticast {
         }
         for socket in [&self.unicast, &self.multicast] {
             if let Some(datagram) = self.try_recv(socket)? {
-                // The multicast loop brings our own discovery datagrams back: not for us.
-                let ours = datagram.from == self.local;
-                return Ok(Some(
-                    (!datagram.bytes.is_empty() && !ours).then_some(datagram),
-                ));
+                return Ok(Some(self.for_us(datagram)));
             }
         }
         Ok(None)
+    }
+
+    /// `datagram`, unless it is empty (no Conclave datagram is) or our own (the multicast
+    /// loop brings our discovery datagrams back).
+    fn for_us(&self, datagram: Datagram) -> Option<Datagram> {
+        (!datagram.bytes.is_empty() && datagram.from != self.local).then_some(datagram)
     }
 
     /// Takes one datagram from the sockets marked in `ready` (unicast first), unmarking each
@@ -189,12 +191,7 @@ impl UdpMulticast {
                 continue;
             }
             match self.try_recv(socket)? {
-                Some(datagram) => {
-                    let ours = datagram.from == self.local;
-                    return Ok(Some(
-                        (!datagram.bytes.is_empty() && !ours).then_some(datagram),
-                    ));
-                }
+                Some(datagram) => return Ok(Some(self.for_us(datagram))),
                 None => {
                     self.ready.fetch_and(!bit, Ordering::Relaxed);
                 }

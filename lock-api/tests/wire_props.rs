@@ -1629,6 +1629,19 @@ fn packet_body_with_sender(sender: &[u8]) -> Vec<u8> {
     .concat()
 }
 
+/// The lock name of the pinned messages below.
+fn pinned_name() -> LockName {
+    LockName::new("orders/7").expect("valid")
+}
+
+/// The owner of the pinned messages below.
+fn pinned_owner() -> OwnerId {
+    OwnerId {
+        member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800))).expect("valid"),
+        local: 3,
+    }
+}
+
 /// PINNED WIRE FORMAT: a request that does not ask to be quiet encodes exactly as before the
 /// `quiet` field existed, so members that predate it decode it; one that asks carries the field,
 /// and bytes without it decode as not quiet.
@@ -1638,12 +1651,8 @@ fn golden_lock_message_and_its_quiet_flag() {
     let lock = |quiet| {
         Message::Lock(LockMessage::Lock {
             request: RequestId(42),
-            name: LockName::new("orders/7").expect("valid"),
-            owner: OwnerId {
-                member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800)))
-                    .expect("valid"),
-                local: 3,
-            },
+            name: pinned_name(),
+            owner: pinned_owner(),
             mode: LockMode::Exclusive,
             wait: true,
             stamp: 9,
@@ -1711,12 +1720,8 @@ fn unlock_message_and_its_lazy_flag() {
     let unlock = |lazy| {
         Message::Lock(LockMessage::Unlock {
             request: RequestId(42),
-            name: LockName::new("orders/7").expect("valid"),
-            owner: OwnerId {
-                member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800)))
-                    .expect("valid"),
-                local: 3,
-            },
+            name: pinned_name(),
+            owner: pinned_owner(),
             token: FencingToken::new(2, 5),
             lazy,
         })

@@ -564,11 +564,7 @@ impl Endpoint {
     /// # Errors
     /// [`NotHeld`] if the request holds no lock here.
     pub fn unlock(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
-        self.service_for(now, request.0)
-            .ok_or(NotHeld(request))?
-            .unlock(now, request)?;
-        self.pump(now);
-        Ok(())
+        self.release(now, request, false)
     }
 
     /// Releases the lock acquired by `request` without waiting for the acknowledgement (a
@@ -577,9 +573,13 @@ impl Endpoint {
     /// # Errors
     /// [`NotHeld`] if the request holds no lock here.
     pub fn unlock_lazy(&mut self, now: Instant, request: RequestId) -> Result<(), NotHeld> {
+        self.release(now, request, true)
+    }
+
+    fn release(&mut self, now: Instant, request: RequestId, lazy: bool) -> Result<(), NotHeld> {
         self.service_for(now, request.0)
             .ok_or(NotHeld(request))?
-            .unlock_lazy(now, request)?;
+            .release(now, request, lazy)?;
         self.pump(now);
         Ok(())
     }

@@ -658,7 +658,13 @@ impl LockService {
         self.release(now, request, true)
     }
 
-    fn release(&mut self, now: Instant, request: RequestId, lazy: bool) -> Result<(), NotHeld> {
+    /// [`LockService::unlock`] (`lazy` false) or [`LockService::unlock_lazy`] (true).
+    pub(crate) fn release(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        lazy: bool,
+    ) -> Result<(), NotHeld> {
         self.enter(now);
         if self.cache_unlock(now, request).is_some() {
             self.pump(now);

@@ -142,7 +142,8 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
 }
 
 fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>, max: usize) -> Result<(), EncodeError> {
-    ciborium::into_writer(value, &mut *out).map_err(|e| EncodeError::Serialize(e.to_string()))?;
+    *out = cbor4ii::serde::to_vec(std::mem::take(out), value)
+        .map_err(|e| EncodeError::Serialize(e.to_string()))?;
     if out.len() > max {
         return Err(EncodeError::TooLarge {
             len: out.len(),
@@ -152,14 +153,55 @@ fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>, max: usize) -> Result
     Ok(())
 }
 
-fn decode_body<T: DeserializeOwned>(mut body: &[u8]) -> Result<T, DecodeError> {
-    let value = ciborium::de::from_reader_with_recursion_limit(&mut body, RECURSION_LIMIT)
-        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
-    if !body.is_empty() {
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
+    let mut deserializer = cbor4ii::serde::Deserializer::new(Body {
+        rest: body,
+        depth_left: RECURSION_LIMIT,
+    });
+    let value =
+        T::deserialize(&mut deserializer).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    let rest = deserializer.into_inner().rest;
+    if !rest.is_empty() {
         return Err(DecodeError::Malformed(format!(
             "{} trailing bytes",
-            body.len()
+            rest.len()
         )));
     }
     Ok(value)
+}
+
+/// The bytes a body is decoded from, with what nesting it has left ([`RECURSION_LIMIT`]).
+struct Body<'a> {
+    rest: &'a [u8],
+    depth_left: usize,
+}
+
+impl<'de> cbor4ii::core::dec::Read<'de> for Body<'de> {
+    type Error = std::convert::Infallible;
+
+    fn fill<'short>(
+        &'short mut self,
+        want: usize,
+    ) -> Result<cbor4ii::core::dec::Reference<'de, 'short>, Self::Error> {
+        let len = self.rest.len().min(want);
+        Ok(cbor4ii::core::dec::Reference::Long(&self.rest[..len]))
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.rest = &self.rest[self.rest.len().min(n)..];
+    }
+
+    fn step_in(&mut self) -> bool {
+        match self.depth_left.checked_sub(1) {
+            Some(left) => {
+                self.depth_left = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn step_out(&mut self) {
+        self.depth_left += 1;
+    }
 }

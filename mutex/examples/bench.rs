@@ -4,7 +4,8 @@
 //! shared and noisy: compare ratios within one run only.
 //!
 //! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`,
-//! `seal`, `cache` or `scale`; the `scale` mode is described in `bench_scale/mod.rs`)
+//! `seal`, `cache`, `transfer`, `scale` or `redis`; the `scale` mode is described in
+//! `bench_scale/mod.rs`, the `redis` mode, Conclave beside a Redis lock, in `bench/redis.rs`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -79,8 +80,9 @@ fn main() -> Result<(), Error> {
         Some("seal") => smol::block_on(seal()),
         Some("cache") => smol::block_on(cache()),
         Some("transfer") => smol::block_on(transfer()),
+        Some("redis") => smol::block_on(redis::run()),
         Some(other) => Err(format!(
-            "unknown mode {other:?}; use `udp`, `tcp`, `seal`, `cache` or `transfer`"
+            "unknown mode {other:?}; use `udp`, `tcp`, `seal`, `cache`, `transfer`, `scale` or `redis`"
         )
         .into()),
     }
@@ -489,6 +491,9 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     let grantor_cpu = contend::child_cpu(&mut coordinator)?.saturating_sub(grantor_cpu);
     let cpu_rows = contend::Cpu::per_handoff(contenders_cpu, grantor_cpu, handoffs);
     contended.sort();
+    for p in &mut hammers {
+        p.send("stop")?;
+    }
     drop(hammers);
     let floors = relay::measure(mode)?;
     let spread = contend::spread(&net, &node).await?;
@@ -643,25 +648,36 @@ fn child(args: &[String]) -> Result<(), Error> {
             node.leave().await;
             Ok(())
         }),
+        // `hammer <name> <net> <ms>`: says READY, then loops lock/unlock on `hot` for every
+        // line `go` (for `ms`) or `go <ms>`, printing `COUNT <n> CPU <µs>`; another line ends it.
         "hammer" => smol::block_on(async {
             let node = join(arg(1)?, &Net::parse(arg(2)?)?).await?;
-            let run_for = Duration::from_millis(arg(3)?.parse()?);
+            let default_run: u64 = arg(3)?.parse()?;
             let hot = node.mutex("hot")?;
             println!("READY");
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line)?;
-            let start = Instant::now();
-            let cpu = contend::cpu_time();
-            let mut count = 0u64;
-            while start.elapsed() < run_for {
-                drop(hot.lock().await?);
-                count += 1;
+            for line in std::io::stdin().lock().lines() {
+                let run_for = match line?.as_str() {
+                    "go" => default_run,
+                    other => match other.strip_prefix("go ") {
+                        Some(ms) => ms.parse()?,
+                        None => break,
+                    },
+                };
+                let run_for = Duration::from_millis(run_for);
+                let start = Instant::now();
+                let cpu = contend::cpu_time();
+                let mut count = 0u64;
+                while start.elapsed() < run_for {
+                    drop(hot.lock().await?);
+                    count += 1;
+                }
+                let cpu = contend::cpu_time().saturating_sub(cpu).as_micros();
+                println!("COUNT {count} CPU {cpu}");
             }
-            let cpu = contend::cpu_time().saturating_sub(cpu).as_micros();
-            println!("COUNT {count} CPU {cpu}");
             node.leave().await;
             Ok(())
         }),
+        "redis-taker" => redis::taker(arg(1)?, arg(2)?),
         "tasks" => contend::child(args),
         "relay-grantor" => relay::grantor(arg(1)?, arg(2)?),
         "relay-taker" => relay::taker(arg(1)?, arg(2)?),
@@ -672,6 +688,8 @@ fn child(args: &[String]) -> Result<(), Error> {
 
 #[path = "bench/contend.rs"]
 mod contend;
+#[path = "bench/redis.rs"]
+mod redis;
 #[path = "bench/relay.rs"]
 mod relay;
 

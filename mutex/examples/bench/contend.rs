@@ -127,7 +127,12 @@ pub(crate) fn child(args: &[String]) -> Result<(), Error> {
 /// CPU time this process has used (user and system, all threads), from `/proc/self/stat`
 /// (zero where it cannot be read).
 pub(crate) fn cpu_time() -> Duration {
-    let ticks = std::fs::read_to_string("/proc/self/stat")
+    cpu_time_of("self")
+}
+
+/// CPU time process `pid` (a number, or `self`) has used, as [`cpu_time`].
+pub(crate) fn cpu_time_of(pid: &str) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
             // The fields after the command name (in parentheses, which may hold spaces).

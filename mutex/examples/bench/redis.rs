@@ -10,8 +10,8 @@
 //! Conclave's contenders wait for their grant instead of asking again.
 //!
 //! Each round measures, for each system:
-//! - uncontended, from this process: the lock alone (for Conclave, the guard dropped before the
-//!   next lock, as in the `udp` mode), and lock plus unlock with both awaited;
+//! - uncontended, from this process: lock then unlock, the unlock awaited (acknowledged) before
+//!   the next lock: the latency of the lock alone and of the pair;
 //! - contended: four child processes loop lock/unlock on one lock for [`ROUND`]: handoffs per
 //!   second, and the CPU time per handoff of every process involved (the four contenders and
 //!   the grantor's process, or the four takers and the Redis server).
@@ -357,7 +357,8 @@ impl Cluster {
         })
     }
 
-    /// Uncontended latencies: the lock alone, and lock plus awaited unlock.
+    /// Uncontended latencies: the lock alone, and lock plus awaited unlock (each lock starts
+    /// after the previous unlock was acknowledged, as a Redis lock's does).
     async fn uncontended(
         &self,
         lock: &mut Vec<Duration>,
@@ -367,11 +368,7 @@ impl Cluster {
             let t = Instant::now();
             let guard = self.mutex.lock().await?;
             lock.push(t.elapsed());
-            drop(guard);
-        }
-        for _ in 0..SAMPLES {
-            let t = Instant::now();
-            self.mutex.lock().await?.unlock().await?;
+            guard.unlock().await?;
             pair.push(t.elapsed());
         }
         Ok(())
@@ -423,14 +420,6 @@ impl RedisSide {
                 .try_lock("uncontended")?
                 .ok_or("uncontended lock taken")?;
             lock.push(t.elapsed());
-            self.lock.unlock("uncontended", &token)?;
-        }
-        for _ in 0..SAMPLES {
-            let t = Instant::now();
-            let token = self
-                .lock
-                .try_lock("uncontended")?
-                .ok_or("uncontended lock taken")?;
             self.lock.unlock("uncontended", &token)?;
             pair.push(t.elapsed());
         }

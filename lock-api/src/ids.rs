@@ -1,5 +1,6 @@
 //! Identities: members, lock owners and requests.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,8 +25,7 @@ use crate::error::MemberNameError;
 /// assert_eq!(id.to_string(), "worker-1#1a2b3c4d");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "RawMemberId", into = "RawMemberId")]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MemberId(Arc<Parts>);
 
 /// What a [`MemberId`] is made of, shared by its clones (an id is cloned into most messages
@@ -111,14 +111,28 @@ impl fmt::Debug for MemberId {
     }
 }
 
-/// The wire form of a [`MemberId`]: validated on decode, and carrying the IPv6 scope id that
-/// serde's compact `SocketAddr` encoding leaves out.
-#[derive(Serialize, Deserialize)]
-struct RawMemberId {
+/// The wire form of a [`MemberId`], as it is encoded: carrying the IPv6 scope id that serde's
+/// compact `SocketAddr` encoding leaves out. Borrows the name, so encoding allocates nothing.
+#[derive(Serialize)]
+#[serde(rename = "RawMemberId")]
+struct RawMemberIdOut<'a> {
     incarnation: u128,
-    name: String,
+    name: &'a str,
     addr: SocketAddr,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero")]
+    scope: u32,
+}
+
+/// The wire form of a [`MemberId`], as it is decoded (and then validated): the name borrowed
+/// from the input where the decoder can, so decoding copies it once, into the id.
+#[derive(Deserialize)]
+#[serde(rename = "RawMemberId")]
+struct RawMemberIdIn<'a> {
+    incarnation: u128,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    addr: SocketAddr,
+    #[serde(default)]
     scope: u32,
 }
 
@@ -126,31 +140,31 @@ fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
-impl TryFrom<RawMemberId> for MemberId {
-    type Error = MemberNameError;
-
-    fn try_from(raw: RawMemberId) -> Result<Self, Self::Error> {
-        let mut addr = raw.addr;
-        if let SocketAddr::V6(v6) = &mut addr {
-            v6.set_scope_id(raw.scope);
-        }
-        MemberId::new(raw.incarnation, &raw.name, addr)
-    }
-}
-
-impl From<MemberId> for RawMemberId {
-    fn from(id: MemberId) -> Self {
-        let addr = id.addr();
+impl Serialize for MemberId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let addr = self.addr();
         let scope = match addr {
             SocketAddr::V6(v6) => v6.scope_id(),
             SocketAddr::V4(_) => 0,
         };
-        RawMemberId {
-            incarnation: id.incarnation(),
-            name: id.name().to_owned(),
+        RawMemberIdOut {
+            incarnation: self.incarnation(),
+            name: self.name(),
             addr,
             scope,
         }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemberId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = RawMemberIdIn::deserialize(deserializer)?;
+        let mut addr = raw.addr;
+        if let SocketAddr::V6(v6) = &mut addr {
+            v6.set_scope_id(raw.scope);
+        }
+        MemberId::new(raw.incarnation, &raw.name, addr).map_err(serde::de::Error::custom)
     }
 }
 

@@ -777,6 +777,37 @@ proptest! {
         prop_assert_eq!(decoded, message);
     }
 
+    /// Member ids (every message carries some) encode as the derived serde form of earlier
+    /// releases did, IPv6 scope ids included, and decode from it.
+    #[test]
+    fn member_ids_encode_as_in_earlier_releases(id in arb_member_id()) {
+        #[derive(serde::Serialize)]
+        struct EarlierRawMemberId {
+            incarnation: u128,
+            name: String,
+            addr: SocketAddr,
+            #[serde(skip_serializing_if = "is_zero")]
+            scope: u32,
+        }
+        fn is_zero(v: &u32) -> bool {
+            *v == 0
+        }
+        let earlier = EarlierRawMemberId {
+            incarnation: id.incarnation(),
+            name: id.name().to_owned(),
+            addr: id.addr(),
+            scope: match id.addr() {
+                SocketAddr::V6(v6) => v6.scope_id(),
+                SocketAddr::V4(_) => 0,
+            },
+        };
+        prop_assert_eq!(hex(&cbor(&id)), hex(&cbor(&earlier)));
+        let decoded: MemberId = ciborium::from_reader(cbor(&earlier).as_slice())
+            .map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+        prop_assert_eq!(decoded.addr(), id.addr());
+        prop_assert_eq!(decoded, id);
+    }
+
     /// A message travels as the payload of a data segment: both layers round trip together.
     #[test]
     fn messages_round_trip_inside_segments(

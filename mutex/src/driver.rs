@@ -35,6 +35,19 @@ const RECV_BACKOFF: Duration = Duration::from_millis(10);
 /// The most datagrams the driver takes in one go before it answers them.
 const BATCH: usize = 32;
 
+/// What the last wait of `transport` found besides the datagram it returned: at most
+/// [`BATCH`] datagrams, oldest first.
+fn ready_batch(transport: &dyn BlockingRecv) -> Vec<Vec<u8>> {
+    let mut batch = Vec::new();
+    while batch.len() < BATCH {
+        match transport.try_recv_ready() {
+            Ok(Some(datagram)) => batch.push(received(datagram)),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    batch
+}
+
 /// Starts the driver thread `conclave-<name>`; it joins the cluster at once.
 ///
 /// `leave_bound` caps how long a shutdown waits for the leave to be confirmed and every
@@ -91,6 +104,9 @@ impl Driver {
     /// The loop over a blocking receive: until the node has left.
     fn run_blocking(&mut self, transport: &dyn BlockingRecv) {
         let mut input = Input::Join;
+        // Whether datagrams the last wait found may still be waiting: they are taken
+        // (`try_recv_ready`) before the next wait.
+        let mut found_more = false;
         while !self.step(input) {
             input = match self.commands.try_recv() {
                 Ok(command) => command_input(Some(command)),
@@ -112,24 +128,32 @@ impl Driver {
                             Input::Nothing
                         }
                         deadline => {
-                            let timeout = deadline.map(|at| at - now);
-                            match transport.recv_blocking(timeout) {
-                                Ok(Some(datagram)) => {
-                                    let mut batch = vec![received(datagram)];
-                                    while batch.len() < BATCH {
-                                        match transport.try_recv_ready() {
-                                            Ok(Some(datagram)) => batch.push(received(datagram)),
-                                            Ok(None) | Err(_) => break,
-                                        }
+                            let more = match std::mem::take(&mut found_more) {
+                                true => ready_batch(transport),
+                                false => Vec::new(),
+                            };
+                            if !more.is_empty() {
+                                found_more = more.len() == BATCH;
+                                Input::Datagrams(more)
+                            } else {
+                                let timeout = deadline.map(|at| at - now);
+                                match transport.recv_blocking(timeout) {
+                                    // Answered alone, at once: the first datagram of a wake-up
+                                    // is most often the one somebody waits on (a release that
+                                    // the next holder's grant follows, a grant its task waits
+                                    // for), so what else arrived with it is read after that
+                                    // answer is out.
+                                    Ok(Some(datagram)) => {
+                                        found_more = true;
+                                        Input::Datagrams(vec![received(datagram)])
                                     }
-                                    Input::Datagrams(batch)
-                                }
-                                Ok(None) => Input::Nothing,
-                                Err(error) if is_crash(&error) => Input::Crash,
-                                Err(error) => {
-                                    warn!(%error, "transport receive failed");
-                                    thread::sleep(RECV_BACKOFF);
-                                    Input::Nothing
+                                    Ok(None) => Input::Nothing,
+                                    Err(error) if is_crash(&error) => Input::Crash,
+                                    Err(error) => {
+                                        warn!(%error, "transport receive failed");
+                                        thread::sleep(RECV_BACKOFF);
+                                        Input::Nothing
+                                    }
                                 }
                             }
                         }

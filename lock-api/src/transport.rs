@@ -144,8 +144,8 @@ pub trait BlockingRecv: Send + Sync {
     /// An error of the sockets, other than an interrupted system call.
     fn recv_blocking(&self, timeout: Option<Duration>) -> io::Result<Option<Datagram>>;
 
-    /// The next datagram if one is waiting, without blocking. The driver takes every waiting
-    /// datagram before it answers, so answers to one member leave together.
+    /// The next datagram if one is waiting, without blocking. A task spinning for its answer
+    /// reads the transport with it ([`BlockingRecv::try_recv_ready`] is the driver's).
     ///
     /// # Errors
     /// As [`BlockingRecv::recv_blocking`].
@@ -157,8 +157,9 @@ pub trait BlockingRecv: Send + Sync {
     /// on a socket its last wait found readable. Unlike [`BlockingRecv::try_recv`] it need not
     /// ask the kernel about every socket, so it may return `Ok(None)` while datagrams wait
     /// elsewhere; the next [`BlockingRecv::recv_blocking`] returns those at once. The driver
-    /// drains a wake-up's datagrams with it before it answers; a transport with many sockets
-    /// (the TCP mesh) saves a scan of all of them on every wake-up. Defaults to `try_recv`.
+    /// answers the datagram a wait returned, then reads the rest of what that wait found with
+    /// it before it waits again; a transport with many sockets (the TCP mesh) saves a scan of
+    /// all of them on every wake-up. Defaults to `try_recv`.
     ///
     /// # Errors
     /// As [`BlockingRecv::recv_blocking`].

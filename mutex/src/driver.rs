@@ -32,7 +32,8 @@ use crate::shared::{Command, Inner};
 /// How long the driver waits before receiving again after a transport error.
 const RECV_BACKOFF: Duration = Duration::from_millis(10);
 
-/// The most datagrams the driver takes in one go before it answers them.
+/// The most datagrams the driver takes in one go before it answers them (after the first of a
+/// wake-up, which it answers alone).
 const BATCH: usize = 32;
 
 /// What the last wait of `transport` found besides the datagram it returned: at most

@@ -189,8 +189,9 @@ impl Network {
         }
     }
 
-    /// Takes the next datagram for node `to` due at or before `now`, if any (a driver takes
-    /// every datagram waiting before it answers).
+    /// Takes the next datagram for node `to` due at or before `now`, if any (the simulated
+    /// nodes take every datagram waiting before they answer: one of the schedules a driver
+    /// can produce, which answers the first of a wake-up alone and the rest together).
     pub(crate) fn pop_due_to(&mut self, now: Instant, to: usize) -> Option<InFlight> {
         let key = self
             .in_flight

@@ -397,20 +397,7 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     let mut pong = Proc::spawn(&["pong", &kind])?;
     let mut floor = Floor::connect(mode, &mut pong)?;
 
-    // The coordinator starts first; over TCP it is everyone's seed.
-    let first = match mode {
-        Mode::Udp => Net::Udp(port()),
-        Mode::Tcp => Net::Tcp(Vec::new()),
-    };
-    let mut coordinator = Proc::spawn(&["member", "coordinator", &first.word()])?;
-    let ready = coordinator.line()?;
-    let net = match mode {
-        Mode::Udp => first,
-        Mode::Tcp => Net::Tcp(vec![ready
-            .strip_prefix("READY ")
-            .ok_or("no READY")?
-            .parse()?]),
-    };
+    let (mut coordinator, net) = start_coordinator(mode)?;
     let node = join("bench", &net).await?;
     let mutex = node.mutex("uncontended")?;
     for _ in 0..100 {
@@ -578,6 +565,25 @@ async fn parent(mode: Mode) -> Result<(), Error> {
     contend::print(&spread, &local, floor);
     println!("| failover: kill -9 of the coordinator to the next grant | {:.0} ms (suspect timeout of `EndpointConfig::local()`: 400 ms) |", failover.as_secs_f64() * 1e3);
     Ok(())
+}
+
+/// Starts a cluster's first member (its coordinator, and the grantor of its locks) in a child
+/// process; returns it and how the others find the cluster (over TCP, it is their seed).
+fn start_coordinator(mode: Mode) -> Result<(Proc, Net), Error> {
+    let first = match mode {
+        Mode::Udp => Net::Udp(port()),
+        Mode::Tcp => Net::Tcp(Vec::new()),
+    };
+    let mut coordinator = Proc::spawn(&["member", "coordinator", &first.word()])?;
+    let ready = coordinator.line()?;
+    let net = match mode {
+        Mode::Udp => first,
+        Mode::Tcp => Net::Tcp(vec![ready
+            .strip_prefix("READY ")
+            .ok_or("no READY")?
+            .parse()?]),
+    };
+    Ok((coordinator, net))
 }
 
 fn expect(p: &mut Proc, word: &str) -> Result<(), Error> {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use conclave::{DistributedMutex, Node};
 
 use super::contend::{count_and_cpu, cpu_time, cpu_time_of};
-use super::{expect, join, micros, percentile, Error, Floor, Mode, Net, Proc};
+use super::{expect, join, micros, percentile, start_coordinator, Error, Floor, Mode, Proc};
 
 /// Alternating rounds of every measurement.
 const ROUNDS: usize = 5;
@@ -322,22 +322,10 @@ struct Cluster {
 
 impl Cluster {
     async fn start(mode: Mode) -> Result<Self, Error> {
-        let first = match mode {
-            Mode::Udp => Net::Udp(super::port()),
-            Mode::Tcp => Net::Tcp(Vec::new()),
-        };
-        let mut coordinator = Proc::spawn(&["member", "coordinator", &first.word()])?;
-        let ready = coordinator.line()?;
-        let net = match mode {
-            Mode::Udp => first,
-            Mode::Tcp => Net::Tcp(vec![ready
-                .strip_prefix("READY ")
-                .ok_or("no READY")?
-                .parse()?]),
-        };
+        let (coordinator, net) = start_coordinator(mode)?;
         let mut procs = Vec::new();
         for i in 0..CONTENDERS {
-            // A long run bound: each `go` line sets the length of one run.
+            // No run length of its own ("0"): each `go <ms>` line gives one.
             let mut p = Proc::spawn(&["hammer", &format!("h{i}"), &net.word(), "0"])?;
             expect(&mut p, "READY")?;
             procs.push(p);

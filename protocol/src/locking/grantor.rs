@@ -425,7 +425,10 @@ impl Grantor {
                         }
                         self.maybe_finish(ctx, out);
                     }
-                    Phase::Serving if epoch == self.view_epoch => {
+                    // A report of the reconciled view that came after the reconciliation
+                    // ended, or one this grantor asked for in the current view (see
+                    // `Holding`): merged the same way.
+                    Phase::Serving if epoch == self.view_epoch || epoch == ctx.view.epoch() => {
                         debug!(%from, "late lock report merged");
                         self.stats.late_reports += 1;
                         self.merge_report(ctx, from, report, out);
@@ -748,6 +751,21 @@ impl Grantor {
                 pending,
                 upto,
             } if self.is_serving() => {
+                // A hold this table never had: the member kept it from another grantor's
+                // lineage that this one never reconciled with (it led a partition of its own,
+                // then was admitted as a joiner by a stale join request: regression seed
+                // 1200060 of the harsh node-cache band). Ask for its report, which is merged
+                // as a late report, through the duplicate rule.
+                let unknown = held.iter().any(|r| !self.table.holds_request(from, *r));
+                if unknown {
+                    debug!(%from, "holds this table never had; asking for the member's report");
+                    out.push_back((
+                        from.clone(),
+                        LockMessage::LockInfoRequest {
+                            epoch: ctx.view.epoch(),
+                        },
+                    ));
+                }
                 let keep: BTreeSet<RequestId> = held.into_iter().chain(pending).collect();
                 // Requests made after the statement was sent are not spoken for: it may come
                 // late (from before the member left this grantor and came back, regression

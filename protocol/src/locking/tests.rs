@@ -1154,3 +1154,36 @@ fn local_waiters_stay_at_the_node_across_a_used_up_token_block() {
         "{stats:?}"
     );
 }
+
+/// Regression seed 1200060 of the harsh node-cache band: a member cut off from the others
+/// leads a view of its own and grants itself a lock there; when it is admitted back as a
+/// joiner (a stale join request did it in the seed), the grantor stays and serves, so no
+/// reconciliation asks it what it holds. Its `Holding` names a hold the grantor never had:
+/// the grantor asks for its report and merges it, so another owner queues behind the hold
+/// instead of being granted beside it.
+#[test]
+fn a_member_back_from_a_partition_it_led_is_asked_for_what_it_holds() {
+    let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
+    c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+    c.cut_both(1, 3);
+    c.cut_both(2, 3);
+    c.install(2, &[1, 2], ViewOrigin::Changed);
+    c.install(2, &[3], ViewOrigin::TookOver);
+    let kept = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    assert!(
+        c.granted(3, kept).is_some(),
+        "member 3 grants itself the lock"
+    );
+    c.cut.clear();
+    c.install(3, &[1, 2, 3], ViewOrigin::Changed);
+    let table = c.node(1).grantor_holds();
+    assert!(
+        table
+            .iter()
+            .any(|(_, owner, request, _)| owner.member == member(3) && *request == kept),
+        "the grantor learned member 3's hold: {table:?}"
+    );
+    let other = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
+    c.assert_exclusive("after member 3 is back");
+}

@@ -1187,3 +1187,44 @@ fn a_member_back_from_a_partition_it_led_is_asked_for_what_it_holds() {
     assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
     c.assert_exclusive("after member 3 is back");
 }
+
+/// From the review of the fix above: the view changes again (the grantor staying) while the
+/// report the grantor asked for is on its way. The report names the view before; it is merged
+/// all the same (the grantor served both views), and the member, whose grantor did not change,
+/// is not left holding a lock the grantor does not know of.
+#[test]
+fn a_report_asked_for_and_overtaken_by_the_next_view_is_still_merged() {
+    let mut c = Cluster::new(&[1, 2, 3, 4], LockConfig::local());
+    c.install(1, &[1, 2, 3, 4], ViewOrigin::Founded);
+    for n in [1, 2, 4] {
+        c.cut_both(n, 3);
+    }
+    c.install(2, &[1, 2, 4], ViewOrigin::Changed);
+    c.install(2, &[3], ViewOrigin::TookOver);
+    let kept = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    assert!(
+        c.granted(3, kept).is_some(),
+        "member 3 grants itself the lock"
+    );
+    c.cut.clear();
+    // Member 3's messages to the grantor are slow: its Holding, then its report.
+    c.slow_link(3, 1);
+    c.install(3, &[1, 2, 3, 4], ViewOrigin::Changed);
+    // The Holding arrives and the grantor asks; the report is held back.
+    c.release_held_back(&(member(3), member(1)));
+    c.kill(4);
+    c.install(4, &[1, 2, 3], ViewOrigin::Changed);
+    c.release_slow();
+    c.advance(Duration::from_millis(500));
+    let table = c.node(1).grantor_holds();
+    assert!(
+        table
+            .iter()
+            .any(|(_, owner, request, _)| owner.member == member(3) && *request == kept),
+        "the grantor learned member 3's hold: {table:?}"
+    );
+    let other = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    c.advance(Duration::from_millis(500));
+    assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
+    c.assert_exclusive("after the report was overtaken by a view");
+}

@@ -161,10 +161,6 @@ pub(crate) struct Grantor {
     pub(crate) delegation_grace: Duration,
     /// Node grants asked back already: (member, request, token).
     revoked: BTreeSet<(MemberId, RequestId, conclave_lock_api::FencingToken)>,
-    /// Members asked for their report while serving (their `Holding` named holds the table
-    /// never had) and not heard from yet: asked again at every view change that keeps this
-    /// grantor (see `Holding`).
-    asked: BTreeSet<MemberId>,
     /// Acknowledgements of lazy releases held back (kept across phases: each answers a
     /// release already applied).
     pub(crate) lazy_acks: LazyAcks,
@@ -180,7 +176,6 @@ impl Grantor {
             phase: Phase::Idle,
             table: LockTable::default(),
             revoked: BTreeSet::new(),
-            asked: BTreeSet::new(),
             lazy_acks: LazyAcks::default(),
             last_write: BTreeMap::new(),
             delegation_grace: Duration::from_secs(1),
@@ -227,7 +222,6 @@ impl Grantor {
         };
         self.epoch = ctx.term.unwrap_or(epoch);
         self.view_epoch = epoch;
-        self.asked.clear();
         self.generation = 0;
         self.table.clear();
         self.stamps.retain(|m, _| ctx.view.contains(m));
@@ -351,7 +345,6 @@ impl Grantor {
         self.table.clear();
         self.grace_until = None;
         self.stamps.clear();
-        self.asked.clear();
     }
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
@@ -381,16 +374,6 @@ impl Grantor {
         self.promote_all(ctx, out);
         // Waiters of departed members that promotion did not reach.
         self.table.remove_waiters(|m| ctx.view.contains(m));
-        // A report asked for in the view before may have been overtaken by this one.
-        self.asked.retain(|m| ctx.view.contains(m));
-        for member in &self.asked {
-            out.push_back((
-                member.clone(),
-                LockMessage::LockInfoRequest {
-                    epoch: ctx.view.epoch(),
-                },
-            ));
-        }
     }
 
     /// Handles a message for the grantor role from `from`.
@@ -442,13 +425,7 @@ impl Grantor {
                         }
                         self.maybe_finish(ctx, out);
                     }
-                    // A report of the reconciled view that came after the reconciliation
-                    // ended, or one this grantor asked for while serving (see `Holding`),
-                    // perhaps in a view it has changed since: this grantor served every view
-                    // from the reconciled one to the current one, so each is merged the same
-                    // way.
-                    Phase::Serving if (self.view_epoch..=ctx.view.epoch()).contains(&epoch) => {
-                        self.asked.remove(from);
+                    Phase::Serving if epoch == self.view_epoch => {
                         debug!(%from, "late lock report merged");
                         self.stats.late_reports += 1;
                         self.merge_report(ctx, from, report, out);
@@ -771,22 +748,6 @@ impl Grantor {
                 pending,
                 upto,
             } if self.is_serving() => {
-                // A hold this table never had: the member kept it from another grantor's
-                // lineage that this one never reconciled with (it led a partition of its own,
-                // then was admitted as a joiner by a stale join request: regression seed
-                // 1200060 of the harsh node-cache band). Ask for its report, which is merged
-                // as a late report, through the duplicate rule.
-                let unknown = held.iter().any(|r| !self.table.holds_request(from, *r));
-                if unknown {
-                    debug!(%from, "holds this table never had; asking for the member's report");
-                    self.asked.insert(from.clone());
-                    out.push_back((
-                        from.clone(),
-                        LockMessage::LockInfoRequest {
-                            epoch: ctx.view.epoch(),
-                        },
-                    ));
-                }
                 let keep: BTreeSet<RequestId> = held.into_iter().chain(pending).collect();
                 // Requests made after the statement was sent are not spoken for: it may come
                 // late (from before the member left this grantor and came back, regression

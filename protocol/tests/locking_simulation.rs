@@ -38,8 +38,10 @@ const MAJORITY: PartitionPolicy = PartitionPolicy::Majority { cluster_size: 5 };
 /// Available: 5 (a stale copy of a finished request, redelivered after a partition, was granted
 /// and stayed in the table), 1879 (a view delivery that needed five retransmissions), 3550 and
 /// 4663 (a lock report request processed before the view it belongs to, so ignored), 8012 (a
-/// leaving member kept believing it held locks the grantor had already freed).
-const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663, 8012];
+/// leaving member kept believing it held locks the grantor had already freed), 1200905 (a
+/// late-reported hold met a grant of the current view, in a fix for seed 1200060 that was not
+/// kept).
+const AVAILABLE_REGRESSIONS: &[u64] = &[5, 1879, 3550, 4663, 8012, 1200905];
 /// Majority: 9 (two takeovers in separate partitions both used epoch 7 for tokens), 64 (a
 /// minority that gained a majority by a fresh joiner granted at once, below older tokens),
 /// 4728 (an excluded holder renewed its lease from the grantor's acks: two holders), 6019
@@ -150,7 +152,8 @@ const MAJORITY_HARSH_REGRESSIONS: &[u64] = &[12, 17, 25, 42, 48, 68, 71, 721];
 /// a member's hold in its table; the member released it at the merged view's grantor and later
 /// came back to the stale one, which never heard of the release (now the member tells a grantor
 /// it moves to what it holds and waits for: `Holding`).
-const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[1416, 42087, 43272, 46160];
+/// Available 1201064: as 1200905 of the gentle band, under harsh faults.
+const AVAILABLE_HARSH_REGRESSIONS: &[u64] = &[1416, 42087, 43272, 46160, 1201064];
 
 /// A harsh band must have exercised every harsh fault class.
 fn assert_harsh(name: &str, total: &Report) {
@@ -413,7 +416,7 @@ fn large_clusters_lock_safely() {
 
 /// Seeds of the harsh node-cache band under `Available` that once failed (1200060: a member
 /// that led a partition of its own was admitted back by a stale join request, and the grantor
-/// never learned its holds).
+/// never learned its holds; see also 1200905 and 1201064 in the bands above).
 const AVAILABLE_CACHE_HARSH_REGRESSIONS: &[u64] = &[1200060];
 
 /// A configuration with node-level caching switched on at every member.

@@ -1156,13 +1156,12 @@ fn local_waiters_stay_at_the_node_across_a_used_up_token_block() {
 }
 
 /// Regression seed 1200060 of the harsh node-cache band: a member cut off from the others
-/// leads a view of its own and grants itself a lock there; when it is admitted back as a
-/// joiner (a stale join request did it in the seed), the grantor stays and serves, so no
-/// reconciliation asks it what it holds. Its `Holding` names a hold the grantor never had:
-/// the grantor asks for its report and merges it, so another owner queues behind the hold
-/// instead of being granted beside it.
+/// leads a view of its own and grants itself a lock there; then it is admitted back as a
+/// joiner (a stale join request did it in the seed), the coordinator staying grantor. Under
+/// `Available` the coordinator reconciles on a view that admits members, so it learns the hold,
+/// and another owner queues behind it instead of being granted beside it.
 #[test]
-fn a_member_back_from_a_partition_it_led_is_asked_for_what_it_holds() {
+fn a_member_back_from_a_partition_it_led_is_reconciled_with() {
     let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
     c.install(1, &[1, 2, 3], ViewOrigin::Founded);
     c.cut_both(1, 3);
@@ -1188,12 +1187,11 @@ fn a_member_back_from_a_partition_it_led_is_asked_for_what_it_holds() {
     c.assert_exclusive("after member 3 is back");
 }
 
-/// From the review of the fix above: the view changes again (the grantor staying) while the
-/// report the grantor asked for is on its way. The report names the view before; it is merged
-/// all the same (the grantor served both views), and the member, whose grantor did not change,
-/// is not left holding a lock the grantor does not know of.
+/// The same, with the member's messages to the grantor slow and the view changing again (the
+/// grantor staying) while its report is on its way: the reconciliation starts over for the new
+/// view, and the member is not left holding a lock the grantor does not know of.
 #[test]
-fn a_report_asked_for_and_overtaken_by_the_next_view_is_still_merged() {
+fn a_report_overtaken_by_the_next_view_is_still_taken() {
     let mut c = Cluster::new(&[1, 2, 3, 4], LockConfig::local());
     c.install(1, &[1, 2, 3, 4], ViewOrigin::Founded);
     for n in [1, 2, 4] {
@@ -1210,7 +1208,7 @@ fn a_report_asked_for_and_overtaken_by_the_next_view_is_still_merged() {
     // Member 3's messages to the grantor are slow: its Holding, then its report.
     c.slow_link(3, 1);
     c.install(3, &[1, 2, 3, 4], ViewOrigin::Changed);
-    // The Holding arrives and the grantor asks; the report is held back.
+    // What member 3 sent so far arrives; its report is held back.
     c.release_held_back(&(member(3), member(1)));
     c.kill(4);
     c.install(4, &[1, 2, 3], ViewOrigin::Changed);

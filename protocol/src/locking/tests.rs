@@ -1165,27 +1165,9 @@ fn local_waiters_stay_at_the_node_across_a_used_up_token_block() {
 fn a_member_back_from_a_partition_it_led_is_reconciled_with() {
     let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
     c.install(1, &[1, 2, 3], ViewOrigin::Founded);
-    c.cut_both(1, 3);
-    c.cut_both(2, 3);
-    c.install(2, &[1, 2], ViewOrigin::Changed);
-    c.install(2, &[3], ViewOrigin::TookOver);
-    let kept = c.lock(3, 1, "x", LockMode::Exclusive, true);
-    assert!(
-        c.granted(3, kept).is_some(),
-        "member 3 grants itself the lock"
-    );
-    c.cut.clear();
+    let kept = member_3_leads_a_view_of_its_own_and_locks(&mut c, &[1, 2]);
     c.install(3, &[1, 2, 3], ViewOrigin::Changed);
-    let table = c.node(1).grantor_holds();
-    assert!(
-        table
-            .iter()
-            .any(|(_, owner, request, _)| owner.member == member(3) && *request == kept),
-        "the grantor learned member 3's hold: {table:?}"
-    );
-    let other = c.lock(2, 1, "x", LockMode::Exclusive, true);
-    assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
-    c.assert_exclusive("after member 3 is back");
+    assert_grantor_knows_and_member_2_queues(&mut c, kept);
 }
 
 /// The same open bug, with the member's messages to the grantor slow and the view changing
@@ -1196,17 +1178,7 @@ fn a_member_back_from_a_partition_it_led_is_reconciled_with() {
 fn a_report_overtaken_by_the_next_view_is_still_taken() {
     let mut c = Cluster::new(&[1, 2, 3, 4], LockConfig::local());
     c.install(1, &[1, 2, 3, 4], ViewOrigin::Founded);
-    for n in [1, 2, 4] {
-        c.cut_both(n, 3);
-    }
-    c.install(2, &[1, 2, 4], ViewOrigin::Changed);
-    c.install(2, &[3], ViewOrigin::TookOver);
-    let kept = c.lock(3, 1, "x", LockMode::Exclusive, true);
-    assert!(
-        c.granted(3, kept).is_some(),
-        "member 3 grants itself the lock"
-    );
-    c.cut.clear();
+    let kept = member_3_leads_a_view_of_its_own_and_locks(&mut c, &[1, 2, 4]);
     // Member 3's messages to the grantor are slow: its Holding, then its report.
     c.slow_link(3, 1);
     c.install(3, &[1, 2, 3, 4], ViewOrigin::Changed);
@@ -1216,6 +1188,30 @@ fn a_report_overtaken_by_the_next_view_is_still_taken() {
     c.install(4, &[1, 2, 3], ViewOrigin::Changed);
     c.release_slow();
     c.advance(Duration::from_millis(500));
+    assert_grantor_knows_and_member_2_queues(&mut c, kept);
+}
+
+/// Cuts member 3 off from `others` (member 1 their coordinator, in the next view), lets it
+/// take over a view of its own and grant itself lock `x`, then heals the cut. Returns the
+/// request of member 3's hold.
+fn member_3_leads_a_view_of_its_own_and_locks(c: &mut Cluster, others: &[u8]) -> RequestId {
+    for n in others {
+        c.cut_both(*n, 3);
+    }
+    c.install(2, others, ViewOrigin::Changed);
+    c.install(2, &[3], ViewOrigin::TookOver);
+    let kept = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    assert!(
+        c.granted(3, kept).is_some(),
+        "member 3 grants itself the lock"
+    );
+    c.cut.clear();
+    kept
+}
+
+/// The grantor (member 1) has member 3's hold `kept` of `x` in its table, and member 2 asking
+/// for `x` queues behind it.
+fn assert_grantor_knows_and_member_2_queues(c: &mut Cluster, kept: RequestId) {
     let table = c.node(1).grantor_holds();
     assert!(
         table
@@ -1226,5 +1222,5 @@ fn a_report_overtaken_by_the_next_view_is_still_taken() {
     let other = c.lock(2, 1, "x", LockMode::Exclusive, true);
     c.advance(Duration::from_millis(500));
     assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
-    c.assert_exclusive("after the report was overtaken by a view");
+    c.assert_exclusive("after member 3 is back");
 }

@@ -129,38 +129,43 @@ impl Driver {
                             Input::Nothing
                         }
                         deadline => {
-                            let more = match std::mem::take(&mut found_more) {
-                                true => ready_batch(transport),
-                                false => Vec::new(),
-                            };
-                            if !more.is_empty() {
-                                found_more = more.len() == BATCH;
-                                Input::Datagrams(more)
-                            } else {
-                                let timeout = deadline.map(|at| at - now);
-                                match transport.recv_blocking(timeout) {
-                                    // Answered alone, at once: the first datagram of a wake-up
-                                    // is most often the one somebody waits on (a release that
-                                    // the next holder's grant follows, a grant its task waits
-                                    // for), so what else arrived with it is read after that
-                                    // answer is out.
-                                    Ok(Some(datagram)) => {
-                                        found_more = true;
-                                        Input::Datagrams(vec![received(datagram)])
-                                    }
-                                    Ok(None) => Input::Nothing,
-                                    Err(error) if is_crash(&error) => Input::Crash,
-                                    Err(error) => {
-                                        warn!(%error, "transport receive failed");
-                                        thread::sleep(RECV_BACKOFF);
-                                        Input::Nothing
-                                    }
-                                }
-                            }
+                            Self::receive(transport, deadline.map(|at| at - now), &mut found_more)
                         }
                     }
                 }
             };
+        }
+    }
+
+    /// The next datagrams from `transport`: what its last wait found besides the datagram it
+    /// returned, if `found_more`; else the next datagram, waiting up to `timeout` for it.
+    /// That first datagram of a wake-up is answered alone, at once: it is most often the one
+    /// somebody waits on (a release that the next holder's grant follows, a grant its task
+    /// waits for), so what else arrived with it is read after that answer is out.
+    fn receive(
+        transport: &dyn BlockingRecv,
+        timeout: Option<Duration>,
+        found_more: &mut bool,
+    ) -> Input {
+        if std::mem::take(found_more) {
+            let more = ready_batch(transport);
+            if !more.is_empty() {
+                *found_more = more.len() == BATCH;
+                return Input::Datagrams(more);
+            }
+        }
+        match transport.recv_blocking(timeout) {
+            Ok(Some(datagram)) => {
+                *found_more = true;
+                Input::Datagrams(vec![received(datagram)])
+            }
+            Ok(None) => Input::Nothing,
+            Err(error) if is_crash(&error) => Input::Crash,
+            Err(error) => {
+                warn!(%error, "transport receive failed");
+                thread::sleep(RECV_BACKOFF);
+                Input::Nothing
+            }
         }
     }
 

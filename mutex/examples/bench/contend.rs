@@ -168,6 +168,11 @@ pub(crate) fn child_cpu(p: &mut Proc) -> Result<Duration, Error> {
     Ok(Duration::from_micros(micros.parse()?))
 }
 
+/// `total` spread over `handoffs` (none counts as one).
+pub(crate) fn per_handoff(total: Duration, handoffs: u64) -> Duration {
+    total / u32::try_from(handoffs.max(1)).unwrap_or(u32::MAX)
+}
+
 /// CPU time per handoff in the contended phase: all four contending processes together, and
 /// the grantor's process. On a machine this small the handoff rate is bounded by CPU, so these
 /// say more than the rate when other work shares the machine.
@@ -178,10 +183,9 @@ pub(crate) struct Cpu {
 
 impl Cpu {
     pub(crate) fn per_handoff(contenders: Duration, grantor: Duration, handoffs: u64) -> Self {
-        let per = |d: Duration| d / u32::try_from(handoffs.max(1)).unwrap_or(u32::MAX);
         Self {
-            contenders: per(contenders),
-            grantor: per(grantor),
+            contenders: per_handoff(contenders, handoffs),
+            grantor: per_handoff(grantor, handoffs),
         }
     }
 

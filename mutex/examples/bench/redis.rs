@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use conclave::{DistributedMutex, Node};
 
-use super::contend::{count_and_cpu, cpu_time, cpu_time_of};
+use super::contend::{count_and_cpu, cpu_time, cpu_time_of, per_handoff};
 use super::{expect, join, micros, percentile, start_coordinator, Error, Floor, Mode, Proc};
 
 /// Alternating rounds of every measurement.
@@ -302,7 +302,7 @@ impl Contenders {
         cpu += self.grantor.cpu()?.saturating_sub(grantor_cpu);
         Ok(Contended {
             handoffs_per_sec: handoffs as f64 / elapsed.as_secs_f64(),
-            cpu_per_handoff: cpu / u32::try_from(handoffs.max(1)).unwrap_or(u32::MAX),
+            cpu_per_handoff: per_handoff(cpu, handoffs),
         })
     }
 

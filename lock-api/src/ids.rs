@@ -11,12 +11,20 @@ use crate::error::MemberNameError;
 
 /// The identity of one member: one process incarnation in the cluster.
 ///
-/// A `MemberId` is made of a random 128-bit incarnation id, a human-readable name and the
-/// transport address the member receives on. A process that restarts draws a new incarnation
-/// id and is therefore a new member, even with the same name and address.
+/// A `MemberId` is made of a 128-bit incarnation id, a human-readable name and the transport
+/// address the member receives on. A process that restarts draws a new incarnation id and is
+/// therefore a new member, even with the same name and address.
 ///
-/// Members are ordered by incarnation id first; this order is arbitrary but the same at every
-/// member, which is what deterministic tie-breaks (merge leaders, duplicate-lock winners) need.
+/// The incarnation id is 64 random bits above a 64-bit *generation*
+/// ([`MemberId::generation`]): when the incarnation started (the front end uses the wall clock
+/// in nanoseconds since the Unix epoch). Generations order the incarnations of one address: of
+/// two ids at the same address, the one with the higher generation (ties broken by the whole
+/// id) is the newer ([`MemberId::is_newer_incarnation_than`]), and nothing from the older one
+/// can displace it.
+///
+/// Members are ordered by incarnation id first; this order is arbitrary (the random bits come
+/// first) but the same at every member, which is what deterministic tie-breaks (merge leaders,
+/// duplicate-lock winners) need.
 ///
 /// ```
 /// use conclave_lock_api::MemberId;
@@ -44,8 +52,9 @@ impl MemberId {
 
     /// Creates a member id from its parts.
     ///
-    /// `incarnation` should be drawn from a good random source once per process start; the
-    /// protocol relies on it being unique in the cluster.
+    /// `incarnation` should be drawn once per process start: random high 64 bits (the protocol
+    /// relies on the id being unique in the cluster) above a low 64-bit generation that a later
+    /// start at the same address exceeds (see [`MemberId::generation`]).
     ///
     /// An IPv6 address keeps its scope id (needed for link-local addresses) but loses its flow
     /// label, which says nothing about who the member is.
@@ -77,9 +86,34 @@ impl MemberId {
         })))
     }
 
-    /// The random id of this process incarnation.
+    /// The id of this process incarnation: random high 64 bits above the generation.
     pub fn incarnation(&self) -> u128 {
         self.0.incarnation
+    }
+
+    /// The generation of this incarnation: the low 64 bits of its id, when it started. A
+    /// process that restarts at the same address starts with a higher generation.
+    ///
+    /// ```
+    /// use conclave_lock_api::MemberId;
+    ///
+    /// let addr = "127.0.0.1:7800".parse()?;
+    /// let before = MemberId::new(0xffff_0000_0000_0000_0000_0000_0000_0005, "w", addr)?;
+    /// let after = MemberId::new(0x0001_0000_0000_0000_0000_0000_0000_0009, "w", addr)?;
+    /// assert_eq!(after.generation(), 9);
+    /// assert!(after.is_newer_incarnation_than(&before));
+    /// assert!(!before.is_newer_incarnation_than(&after));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn generation(&self) -> u64 {
+        generation(self.0.incarnation)
+    }
+
+    /// Whether this incarnation started after `other`'s: a higher generation, or on a tie the
+    /// higher incarnation id (so of two distinct ids exactly one is the newer). Meaningful for
+    /// two incarnations of one address, the only ones that can replace each other.
+    pub fn is_newer_incarnation_than(&self, other: &MemberId) -> bool {
+        incarnation_is_newer(self.incarnation(), other.incarnation())
     }
 
     /// The human-readable name given at start.
@@ -91,6 +125,20 @@ impl MemberId {
     pub fn addr(&self) -> SocketAddr {
         self.0.addr
     }
+}
+
+/// The generation (low 64 bits) of an incarnation id.
+fn generation(incarnation: u128) -> u64 {
+    // Truncation is the point: the generation is the low half.
+    #[allow(clippy::cast_possible_truncation)]
+    let low = incarnation as u64;
+    low
+}
+
+/// Whether incarnation id `a` is newer than `b`: a higher generation, ties broken by the whole
+/// id. See [`MemberId::is_newer_incarnation_than`].
+fn incarnation_is_newer(a: u128, b: u128) -> bool {
+    (generation(a), a) > (generation(b), b)
 }
 
 impl fmt::Display for MemberId {

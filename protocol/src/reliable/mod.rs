@@ -28,7 +28,9 @@
 //!   once. The layer never gives up: the membership layer decides that a peer is dead.
 //! - **Restarts.** Traffic from a member whose address is that of a known peer with another
 //!   incarnation means the old one restarted: its state is dropped, and late datagrams of the
-//!   old incarnation are ignored from then on.
+//!   old incarnation are ignored from then on. Incarnations of one address are ordered by their
+//!   generation (`MemberId::generation`): input from an older incarnation than one known at its
+//!   address is dropped, so a late datagram of a dead process never retires its successor.
 //!
 //! Exactly-once delivery holds for the life of a receive state. A state forgotten while its
 //! last acknowledgements were still lost (see [`Reliable::remove_peer`] and
@@ -578,8 +580,10 @@ impl Reliable {
     }
 
     /// Checks input from `from` against restarts. Returns false if `from` is an incarnation
-    /// replaced by a restart (its input must be dropped); drops the state of any other
-    /// incarnation at the address of `from`, which must have restarted.
+    /// replaced by a restart (its input must be dropped): one retired before, or one older than
+    /// an incarnation known at its address ([`MemberId::is_newer_incarnation_than`]: a late
+    /// datagram of a dead process never displaces its successor). Drops the state of every
+    /// older incarnation at the address of `from`, which must have restarted.
     fn admit(&mut self, from: &MemberId) -> bool {
         let addr = from.addr();
         if self.retired.contains(&(addr, from.incarnation())) {
@@ -587,21 +591,24 @@ impl Reliable {
             self.stats.stale_dropped += 1;
             return false;
         }
-        let mut same_addr = self.by_addr.range((addr, 0)..=(addr, u128::MAX));
-        let restarted = same_addr.any(|((_, incarnation), _)| *incarnation != from.incarnation());
-        if restarted {
-            let old: Vec<MemberId> = self
-                .by_addr
-                .range((addr, 0)..=(addr, u128::MAX))
-                .filter(|((_, incarnation), _)| *incarnation != from.incarnation())
-                .map(|(_, id)| id.clone())
-                .collect();
-            for id in old {
-                debug!(old = %id, new = %from, "peer restarted; its old state dropped");
-                self.drop_peer(&id);
-                self.retire(addr, id.incarnation());
-                self.stats.peers_restarted += 1;
+        let mut older = Vec::new();
+        for (_, known) in self.by_addr.range((addr, 0)..=(addr, u128::MAX)) {
+            if known == from {
+                continue;
             }
+            if known.is_newer_incarnation_than(from) {
+                debug!(old = %from, new = %known, "input from an older incarnation dropped");
+                self.stats.stale_dropped += 1;
+                self.retire(addr, from.incarnation());
+                return false;
+            }
+            older.push(known.clone());
+        }
+        for id in older {
+            debug!(old = %id, new = %from, "peer restarted; its old state dropped");
+            self.drop_peer(&id);
+            self.retire(addr, id.incarnation());
+            self.stats.peers_restarted += 1;
         }
         true
     }

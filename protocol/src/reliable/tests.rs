@@ -716,6 +716,45 @@ fn peer_restart_drops_the_old_state() {
     assert!(b2.is_quiescent());
 }
 
+/// Issue 30, finding 1: the receiver forgot b's old incarnation (membership removal or the idle
+/// sweep), then a datagram of that dead incarnation arrives late. It must not retire b's live
+/// successor: the successor's later traffic is still delivered.
+#[test]
+fn a_late_datagram_of_a_dead_incarnation_never_retires_its_successor() {
+    // Incarnation ids: random high half, generation low half. The old one's random bits are
+    // the larger, so only the generation can order them.
+    let old_b = member(0xffff << 64 | 5, 2);
+    let new_b = member(0x0001 << 64 | 9, 2);
+    let a_id = member(1, 1);
+    let mut a = Reliable::new(a_id.clone(), config(), 10);
+    let mut old = Reliable::new(old_b.clone(), config(), 10);
+    old.send(ms(0), &a_id, b"early".to_vec()).unwrap();
+    feed(&mut a, ms(0), &old_b, frames(&mut old));
+    assert_eq!(delivered(&mut a), [b"early".to_vec()]);
+    old.send(ms(0), &a_id, b"from the past".to_vec()).unwrap();
+    let late = frames(&mut old);
+    a.remove_peer(&old_b);
+
+    let mut b = Reliable::new(new_b.clone(), config(), 10);
+    b.send(ms(1), &a_id, b"one".to_vec()).unwrap();
+    feed(&mut a, ms(1), &new_b, frames(&mut b));
+    assert_eq!(delivered(&mut a), [b"one".to_vec()]);
+
+    // The dead incarnation's datagram arrives late: dropped, and b stays known.
+    feed(&mut a, ms(2), &old_b, late);
+    assert!(delivered(&mut a).is_empty());
+    assert_eq!(a.stats().peers_restarted, 0);
+    assert!(a.stats().stale_dropped >= 1);
+
+    // b's next message still gets through, and a's answers reach b.
+    b.send(ms(3), &a_id, b"two".to_vec()).unwrap();
+    feed(&mut a, ms(3), &new_b, frames(&mut b));
+    assert_eq!(delivered(&mut a), [b"two".to_vec()]);
+    a.send(ms(4), &new_b, b"reply".to_vec()).unwrap();
+    feed(&mut b, ms(4), &a_id, frames(&mut a));
+    assert_eq!(delivered(&mut b), [b"reply".to_vec()]);
+}
+
 #[test]
 fn poll_timeout_is_the_earliest_deadline() {
     let mut r = Reliable::new(member(1, 1), config(), 10);

@@ -593,7 +593,10 @@ impl Simulation {
     }
 
     fn start(&mut self, index: usize) {
-        let incarnation = self.rng.next_u128();
+        // Random high half, generation low half (as the front end draws them): the simulation's
+        // real time, so a restart at the same address is recognisably newer.
+        let generation = u128::from(self.now.as_nanos().saturating_add(1));
+        let incarnation = (self.rng.next_u128() & !u128::from(u64::MAX)) | generation;
         let clock = self.new_clock();
         self.slots[index].clock = clock;
         let local = clock.local(self.now);

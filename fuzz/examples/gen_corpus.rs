@@ -222,12 +222,16 @@ fn messages() -> Vec<(&'static str, Message)> {
         ),
         (
             "transfer-request",
-            lock(LockMessage::TransferRequest { epoch: 3 }),
+            lock(LockMessage::TransferRequest {
+                epoch: 3,
+                coordinator: 1,
+            }),
         ),
         (
             "transferred",
             lock(LockMessage::Transferred {
                 epoch: 3,
+                coordinator: 1,
                 generation: 1,
             }),
         ),

@@ -406,9 +406,13 @@ impl<'a> Reader<'a> {
                 pending: self.vec(Self::request),
                 upto: self.option(Self::request),
             },
-            23 => LockMessage::TransferRequest { epoch: self.num() },
+            23 => LockMessage::TransferRequest {
+                epoch: self.num(),
+                coordinator: self.incarnation(),
+            },
             24 => LockMessage::Handoff {
                 epoch: self.num(),
+                coordinator: self.incarnation(),
                 token_epoch: self.num(),
                 last_token: self.token(),
                 held: self.vec(Self::held_lock),
@@ -417,10 +421,12 @@ impl<'a> Reader<'a> {
             },
             25 => LockMessage::Transferred {
                 epoch: self.num(),
+                coordinator: self.incarnation(),
                 generation: self.num(),
             },
             26 => LockMessage::NotGrantor {
                 epoch: self.num(),
+                coordinator: self.incarnation(),
                 grantor: self.member(),
                 generation: self.num(),
             },
@@ -895,12 +901,14 @@ impl Writer {
                 self.vec(pending, Self::request);
                 self.option(upto.as_ref(), Self::request);
             }
-            LockMessage::TransferRequest { epoch } => {
+            LockMessage::TransferRequest { epoch, coordinator } => {
                 self.u8(23);
                 self.num(*epoch);
+                self.incarnation(*coordinator);
             }
             LockMessage::Handoff {
                 epoch,
+                coordinator,
                 token_epoch,
                 last_token,
                 held,
@@ -909,24 +917,32 @@ impl Writer {
             } => {
                 self.u8(24);
                 self.num(*epoch);
+                self.incarnation(*coordinator);
                 self.num(*token_epoch);
                 self.token(last_token);
                 self.vec(held, Self::held_lock);
                 self.vec(waiting, Self::pending_request);
                 self.num(*generation);
             }
-            LockMessage::Transferred { epoch, generation } => {
+            LockMessage::Transferred {
+                epoch,
+                coordinator,
+                generation,
+            } => {
                 self.u8(25);
                 self.num(*epoch);
+                self.incarnation(*coordinator);
                 self.num(*generation);
             }
             LockMessage::NotGrantor {
                 epoch,
+                coordinator,
                 grantor,
                 generation,
             } => {
                 self.u8(26);
                 self.num(*epoch);
+                self.incarnation(*coordinator);
                 self.member(grantor);
                 self.num(*generation);
             }

@@ -455,9 +455,10 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 pending,
                 upto
             }),
-        arb_u64().prop_map(|epoch| LockMessage::TransferRequest { epoch }),
+        (arb_u64(), arb_u128())
+            .prop_map(|(epoch, coordinator)| LockMessage::TransferRequest { epoch, coordinator }),
         (
-            arb_u64(),
+            (arb_u64(), arb_u128()),
             arb_u64(),
             arb_token(),
             prop::collection::vec(arb_held_lock(), 0..3),
@@ -465,9 +466,10 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_u64()
         )
             .prop_map(
-                |(epoch, token_epoch, last_token, held, waiting, generation)| {
+                |((epoch, coordinator), token_epoch, last_token, held, waiting, generation)| {
                     LockMessage::Handoff {
                         epoch,
+                        coordinator,
                         token_epoch,
                         last_token,
                         held,
@@ -476,15 +478,21 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                     }
                 }
             ),
-        (arb_u64(), arb_u64())
-            .prop_map(|(epoch, generation)| LockMessage::Transferred { epoch, generation }),
-        (arb_u64(), arb_member_id(), arb_u64()).prop_map(|(epoch, grantor, generation)| {
-            LockMessage::NotGrantor {
+        (arb_u64(), arb_u128(), arb_u64()).prop_map(|(epoch, coordinator, generation)| {
+            LockMessage::Transferred {
                 epoch,
-                grantor,
+                coordinator,
                 generation,
             }
         }),
+        (arb_u64(), arb_u128(), arb_member_id(), arb_u64()).prop_map(
+            |(epoch, coordinator, grantor, generation)| LockMessage::NotGrantor {
+                epoch,
+                coordinator,
+                grantor,
+                generation,
+            }
+        ),
         (
             arb_u64(),
             arb_u64(),

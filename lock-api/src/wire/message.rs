@@ -511,12 +511,22 @@ pub enum LockMessage {
     TransferRequest {
         /// Epoch of the asker's view.
         epoch: u64,
+        /// The incarnation of the view's coordinator: with the epoch, the view's id (views of
+        /// different coordinators may share an epoch and members; nothing is accepted on an
+        /// epoch alone). Absent (0) from members that predate it, which then match no view.
+        #[serde(default)]
+        coordinator: u128,
     },
     /// Old grantor → new grantor: the whole lock table, handed over directly (no
     /// reconciliation). The old grantor grants nothing from the moment it sends this.
     Handoff {
         /// Epoch of the view the table belongs to.
         epoch: u64,
+        /// The incarnation of the view's coordinator: with the epoch, the view's id (views of
+        /// different coordinators may share an epoch and members; nothing is accepted on an
+        /// epoch alone). Absent (0) from members that predate it, which then match no view.
+        #[serde(default)]
+        coordinator: u128,
         /// The high half of the old grantor's fencing tokens.
         token_epoch: u64,
         /// The highest token the old grantor issued or reserved: every later one exceeds it.
@@ -535,6 +545,11 @@ pub enum LockMessage {
     Transferred {
         /// Epoch of the view.
         epoch: u64,
+        /// The incarnation of the view's coordinator: with the epoch, the view's id (views of
+        /// different coordinators may share an epoch and members; nothing is accepted on an
+        /// epoch alone). Absent (0) from members that predate it, which then match no view.
+        #[serde(default)]
+        coordinator: u128,
         /// The new grantor's turn in this view (see [`LockMessage::Handoff`]): members
         /// follow the highest they heard of, so a late announcement of an earlier turn is
         /// ignored.
@@ -546,6 +561,11 @@ pub enum LockMessage {
     NotGrantor {
         /// Epoch of the view.
         epoch: u64,
+        /// The incarnation of the view's coordinator: with the epoch, the view's id (views of
+        /// different coordinators may share an epoch and members; nothing is accepted on an
+        /// epoch alone). Absent (0) from members that predate it, which then match no view.
+        #[serde(default)]
+        coordinator: u128,
         /// The member the table was handed to.
         grantor: MemberId,
         /// That member's turn as grantor in this view.

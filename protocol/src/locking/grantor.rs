@@ -278,6 +278,7 @@ impl Grantor {
             .collect();
         let handoff = LockMessage::Handoff {
             epoch: ctx.view.epoch(),
+            coordinator: ctx.view.coordinator().incarnation(),
             token_epoch: self.epoch,
             last_token: self.table.last_token(),
             held,

@@ -363,19 +363,18 @@ pub struct LockService {
     /// `become_grantor` was called: ask every new grantor of later views for the role too,
     /// until another member takes it over (the last asker wins).
     wants_grantor: bool,
-    /// The grantor last asked for the role, in which view epoch (asked once per grantor and
-    /// view).
-    asked: Option<(MemberId, u64)>,
-    /// This member handed its table over to that member in the view of that epoch.
-    transferred: Option<(u64, MemberId)>,
+    /// The grantor last asked for the role, in which view (asked once per grantor and view).
+    asked: Option<(MemberId, ViewKey)>,
+    /// This member handed its table over to that member in that view.
+    transferred: Option<(ViewKey, MemberId)>,
     /// The member that asked this grantor for the role last (the last asker wins); handed
     /// the table once this member serves.
     pending_transfer: Option<MemberId>,
     /// The turn, in this view, of the grantor this member follows or waits for (0: the
     /// coordinator's); announcements of earlier turns are stale.
     generation: u64,
-    /// A transfer announcement for a view not installed here yet: (epoch, turn, grantor).
-    early_transfer: Option<(u64, u64, MemberId)>,
+    /// A transfer announcement for a view not installed here yet: (view, turn, grantor).
+    early_transfer: Option<(ViewKey, u64, MemberId)>,
     /// A named service: the default service's right to grant, lent to this one (`Majority`).
     borrowed: Option<Authority>,
     /// A named service: the borrowed term its grantor last started (reconciled) in.
@@ -742,14 +741,16 @@ impl LockService {
         if *grantor == self.local {
             return;
         }
-        let key = (grantor.clone(), view.epoch());
+        let key = (grantor.clone(), ViewKey::of(view));
         if self.asked.as_ref() == Some(&key) {
             return;
         }
-        let epoch = view.epoch();
+        let request = LockMessage::TransferRequest {
+            epoch: view.epoch(),
+            coordinator: view.coordinator().incarnation(),
+        };
         self.asked = Some(key);
-        self.outbox
-            .push_back((grantor.clone(), LockMessage::TransferRequest { epoch }));
+        self.outbox.push_back((grantor.clone(), request));
     }
 
     /// The grantor side of a transfer: hands the table to the last asker once serving.
@@ -773,7 +774,7 @@ impl LockService {
         };
         self.pending_transfer = None;
         self.wants_grantor = false;
-        self.transferred = Some((view.epoch(), to.clone()));
+        self.transferred = Some((ViewKey::of(&view), to.clone()));
         self.outbox.push_back((to, handoff));
         self.set_serving_grantor(None);
         // Follow the new grantor only once it announces itself: what it sent before that
@@ -786,18 +787,27 @@ impl LockService {
 
     /// A transfer request, a handoff, an announcement of a transfer or a "not grantor".
     fn on_transfer(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
-        if let LockMessage::Transferred { epoch, generation } = &message {
+        if let LockMessage::Transferred {
+            epoch,
+            coordinator,
+            generation,
+        } = &message
+        {
             let installed = self.view.as_deref().map(View::epoch);
             if installed.is_none_or(|installed| *epoch > installed) {
                 // Before its view is installed here (the new grantor may even be new to the
                 // view; this member may have no view yet, a joiner: regression seed 264 of
-                // the named-services band, harsh): applied when it is.
+                // the named-services band, harsh): applied when that very view is.
+                let key = ViewKey {
+                    epoch: *epoch,
+                    coordinator: *coordinator,
+                };
                 let newer = self
                     .early_transfer
                     .as_ref()
-                    .is_none_or(|(e, g, _)| (*epoch, *generation) > (*e, *g));
+                    .is_none_or(|(k, g, _)| (key.epoch, *generation) > (k.epoch, *g));
                 if newer {
-                    self.early_transfer = Some((*epoch, *generation, from.clone()));
+                    self.early_transfer = Some((key, *generation, from.clone()));
                 }
                 return;
             }
@@ -808,12 +818,21 @@ impl LockService {
         if self.config.policy.is_majority() || !view.contains(from) || from == &self.local {
             return;
         }
+        // Every transfer message names its view by epoch and coordinator: views of different
+        // coordinators may share an epoch and members (issue 30, finding 2).
+        let this_view = ViewKey::of(&view);
+        if transfer_view(&message) != Some(this_view) {
+            debug!(%from, "transfer message of another view dropped");
+            return;
+        }
+        let coordinator = this_view.coordinator;
         match message {
-            LockMessage::TransferRequest { epoch } if epoch == view.epoch() => {
+            LockMessage::TransferRequest { epoch, .. } => {
                 match (&self.transferred, self.client.grantor()) {
-                    (Some((e, to)), _) if *e == epoch => {
+                    (Some((k, to)), _) if *k == this_view => {
                         let reply = LockMessage::NotGrantor {
                             epoch,
+                            coordinator,
                             grantor: to.clone(),
                             generation: self.grantor.generation + 1,
                         };
@@ -827,6 +846,7 @@ impl LockService {
                     (_, Some(g)) => {
                         let reply = LockMessage::NotGrantor {
                             epoch,
+                            coordinator,
                             grantor: g.clone(),
                             generation: self.generation,
                         };
@@ -837,10 +857,7 @@ impl LockService {
             }
             LockMessage::Handoff {
                 epoch, generation, ..
-            } if epoch == view.epoch()
-                && !self.grantor.is_active()
-                && generation > self.generation =>
-            {
+            } if !self.grantor.is_active() && generation > self.generation => {
                 // From the one member that served in this view (whoever this member follows
                 // now: an announcement may have overtaken the handoff).
                 let ctx = self.ctx(now, &view);
@@ -851,7 +868,11 @@ impl LockService {
                     .follow(now, self.local.clone(), &mut self.outbox);
                 self.report_holds_to(now, self.local.clone(), epoch);
                 for member in view.members().iter().filter(|m| **m != self.local) {
-                    let announce = LockMessage::Transferred { epoch, generation };
+                    let announce = LockMessage::Transferred {
+                        epoch,
+                        coordinator,
+                        generation,
+                    };
                     self.outbox.push_back((member.clone(), announce));
                 }
                 self.set_serving_grantor(Some(self.local.clone()));
@@ -860,9 +881,9 @@ impl LockService {
             LockMessage::Handoff { .. } => {
                 debug!(%from, "lock table handoff for another view or grantor; dropped (the next reconciliation rebuilds the table)");
             }
-            LockMessage::Transferred { epoch, generation }
-                if epoch == view.epoch() && generation > self.generation =>
-            {
+            LockMessage::Transferred {
+                epoch, generation, ..
+            } if generation > self.generation => {
                 self.generation = generation;
                 if self.grantor.is_active() {
                     // Handed over meanwhile (or never asked to): the announcement is stale
@@ -880,11 +901,8 @@ impl LockService {
                 self.set_serving_grantor(Some(from.clone()));
                 self.drop_stale_queries();
             }
-            LockMessage::NotGrantor {
-                epoch, generation, ..
-            } if epoch == view.epoch()
-                && self.client.grantor() == Some(from)
-                && generation > self.generation =>
+            LockMessage::NotGrantor { generation, .. }
+                if self.client.grantor() == Some(from) && generation > self.generation =>
             {
                 // Wait for the new grantor's own announcement before following it (see
                 // `try_transfer`): our requests go there then.
@@ -1046,12 +1064,16 @@ impl LockService {
             self.term = None;
             self.started_term = None;
         }
-        if let Some((epoch, generation, grantor)) = self.early_transfer.take() {
-            if epoch == view.epoch() {
-                let announce = LockMessage::Transferred { epoch, generation };
+        if let Some((key, generation, grantor)) = self.early_transfer.take() {
+            if key == ViewKey::of(view) {
+                let announce = LockMessage::Transferred {
+                    epoch: key.epoch,
+                    coordinator: key.coordinator,
+                    generation,
+                };
                 self.on_transfer(now, &grantor, announce);
-            } else if epoch > view.epoch() {
-                self.early_transfer = Some((epoch, generation, grantor));
+            } else if key.epoch > view.epoch() {
+                self.early_transfer = Some((key, generation, grantor));
             }
         }
         self.pump(now);
@@ -1772,6 +1794,7 @@ impl LockService {
                 {
                     let reply = LockMessage::NotGrantor {
                         epoch: view.epoch(),
+                        coordinator: view.coordinator().incarnation(),
                         grantor: to.clone(),
                         generation: self.grantor.generation + 1,
                     };
@@ -1846,13 +1869,51 @@ impl LockService {
                 .transferred
                 .as_ref()
                 .zip(self.view.as_ref())
-                .is_some_and(|((epoch, _), view)| *epoch == view.epoch())
+                .is_some_and(|((key, _), view)| *key == ViewKey::of(view))
     }
 
     /// Whether `member` is this member's grantor (the coordinator of its view, or the member
     /// the role was transferred to).
     fn grantor_is(&self, member: &MemberId) -> bool {
         self.client.grantor() == Some(member)
+    }
+}
+
+/// A view's id on the wire: its epoch and its coordinator's incarnation. A coordinator numbers
+/// its views increasingly, so the pair is unique across coordinators where an epoch alone is
+/// not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ViewKey {
+    epoch: u64,
+    coordinator: u128,
+}
+
+impl ViewKey {
+    fn of(view: &View) -> Self {
+        Self {
+            epoch: view.epoch(),
+            coordinator: view.coordinator().incarnation(),
+        }
+    }
+}
+
+/// The view a transfer message names.
+fn transfer_view(message: &LockMessage) -> Option<ViewKey> {
+    match message {
+        LockMessage::TransferRequest { epoch, coordinator }
+        | LockMessage::Handoff {
+            epoch, coordinator, ..
+        }
+        | LockMessage::Transferred {
+            epoch, coordinator, ..
+        }
+        | LockMessage::NotGrantor {
+            epoch, coordinator, ..
+        } => Some(ViewKey {
+            epoch: *epoch,
+            coordinator: *coordinator,
+        }),
+        _ => None,
     }
 }
 

@@ -1003,6 +1003,20 @@ impl LockService {
         self.asked = None;
         self.generation = 0;
         let previous_grantor = self.client.grantor().cloned();
+        // Under `Available`, a member that comes into the view may hold locks of another
+        // lineage: one admitted as a joiner may have led a partition of its own and granted
+        // there (a join request of its, sent long before and delivered after the partition
+        // healed, did that: regression seed 1200060 of the harsh node-cache band), and what a
+        // join request says of its sender is only true when it was sent. So the coordinator
+        // reconciles every view that admits members, as after a merge: the admitted member's
+        // holds meet the others' in a view of their own, through the duplicate rule. (Under
+        // `Majority` a member outside every majority holds nothing, and `gained_majority`
+        // covers the rest.)
+        let admits_members = !self.config.policy.is_majority()
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|previous| view.members().iter().any(|m| !previous.contains(m)));
         let could_grant = self
             .view
             .as_ref()
@@ -1054,7 +1068,7 @@ impl LockService {
             || !self.grantor.is_active()
             || gained_majority
             || (self.borrows() && self.borrowed.and_then(|a| a.term) != self.started_term);
-        if coordinator && (became || origin == ViewOrigin::Merged) {
+        if coordinator && (became || origin == ViewOrigin::Merged || admits_members) {
             self.begin_term(now, view);
         } else if coordinator {
             let ctx = self.ctx(now, view);

@@ -1155,13 +1155,12 @@ fn local_waiters_stay_at_the_node_across_a_used_up_token_block() {
     );
 }
 
-/// Open bug, seed 1200060 of the harsh node-cache band (see docs/protocol.md, "Open: a member
-/// admitted back as a joiner"): a member cut off from the others leads a view of its own and
-/// grants itself a lock there; then it is admitted back as a joiner (a stale join request did
-/// it in the seed), the coordinator staying grantor and serving. The grantor should learn the
-/// hold, and another owner queue behind it; today neither happens. Ignored until fixed.
+/// Seed 1200060 of the harsh node-cache band (issue 30, finding 3): a member cut off from the
+/// others leads a view of its own and grants itself a lock there; then it is admitted back as
+/// a joiner (a stale join request did it in the seed), the coordinator staying grantor. The
+/// view that admits it is reconciled, so the grantor learns the hold, and another owner queues
+/// behind it.
 #[test]
-#[ignore = "open bug: a member admitted back as a joiner keeps holds the grantor never learns (seed 1200060)"]
 fn a_member_back_from_a_partition_it_led_is_reconciled_with() {
     let mut c = Cluster::new(&[1, 2, 3], LockConfig::local());
     c.install(1, &[1, 2, 3], ViewOrigin::Founded);
@@ -1170,11 +1169,10 @@ fn a_member_back_from_a_partition_it_led_is_reconciled_with() {
     assert_grantor_knows_and_member_2_queues(&mut c, kept);
 }
 
-/// The same open bug, with the member's messages to the grantor slow and the view changing
-/// again (the grantor staying) while they are on their way: a fix must not lose a report
-/// overtaken by the next view (found by review of a fix attempt). Ignored until fixed.
+/// The same, with the member's messages to the grantor slow and the view changing again (the
+/// grantor staying) while they are on their way: a report overtaken by the next view is not
+/// lost (found by review of an earlier fix attempt).
 #[test]
-#[ignore = "open bug: a member admitted back as a joiner keeps holds the grantor never learns (seed 1200060)"]
 fn a_report_overtaken_by_the_next_view_is_still_taken() {
     let mut c = Cluster::new(&[1, 2, 3, 4], LockConfig::local());
     c.install(1, &[1, 2, 3, 4], ViewOrigin::Founded);

@@ -316,7 +316,10 @@ fn frames() -> Vec<(&'static str, Frame)> {
         ("discovery-ping", Frame::Discovery(Discovery::Ping)),
         (
             "discovery-announce",
-            Frame::Discovery(Discovery::Announce { view }),
+            Frame::Discovery(Discovery::Announce {
+                view,
+                heard: Vec::new(),
+            }),
         ),
         (
             "heartbeat",
@@ -564,6 +567,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
             1,
             Frame::Discovery(Discovery::Announce {
                 view: View::new(6, vec![m(1)]).expect("a valid view"),
+                heard: Vec::new(),
             }),
         ),
         Step::Advance(10),

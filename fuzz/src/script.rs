@@ -250,7 +250,10 @@ impl<'a> Reader<'a> {
     fn frame(&mut self) -> Frame {
         match self.u8() % 5 {
             0 => Frame::Discovery(if self.flag() {
-                Discovery::Announce { view: self.view() }
+                Discovery::Announce {
+                    view: self.view(),
+                    heard: self.vec(Self::incarnation),
+                }
             } else {
                 Discovery::Ping
             }),
@@ -648,9 +651,10 @@ impl Writer {
     fn frame(&mut self, frame: &Frame) {
         match frame {
             Frame::Discovery(Discovery::Ping) => self.out.extend([0, 0]),
-            Frame::Discovery(Discovery::Announce { view }) => {
+            Frame::Discovery(Discovery::Announce { view, heard }) => {
                 self.out.extend([0, 1]);
                 self.view(view);
+                self.vec(heard, |w, incarnation| w.incarnation(*incarnation));
             }
             Frame::Heartbeat {
                 epoch,

@@ -232,7 +232,8 @@ fn arb_ack() -> BoxedStrategy<Ack> {
 fn arb_discovery() -> BoxedStrategy<Discovery> {
     prop_oneof![
         Just(Discovery::Ping),
-        arb_view().prop_map(|view| Discovery::Announce { view }),
+        (arb_view(), prop::collection::vec(arb_u128(), 0..3))
+            .prop_map(|(view, heard)| Discovery::Announce { view, heard }),
     ]
     .boxed()
 }

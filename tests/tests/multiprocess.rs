@@ -522,7 +522,10 @@ fn hostile_datagrams(cluster: &str) -> Vec<Vec<u8>> {
     let view = View::new(7, vec![fake.clone()]).unwrap();
     let packets = [
         Frame::Discovery(Discovery::Ping),
-        Frame::Discovery(Discovery::Announce { view }),
+        Frame::Discovery(Discovery::Announce {
+            view,
+            heard: vec![1],
+        }),
         Frame::Heartbeat {
             epoch: 1 << 40,
             view_epoch: 1 << 40,

@@ -95,6 +95,12 @@ pub enum Discovery {
     Announce {
         /// The coordinator's current view.
         view: View,
+        /// The incarnations of the other coordinators whose announcements the sender heard
+        /// recently (at most 256): a coordinator merges another's view only once that one has
+        /// heard it too, so a merge needs reachability both ways. Empty (and left out of the
+        /// encoding) in an answer to a ping.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        heard: Vec<u128>,
     },
 }
 

@@ -103,8 +103,13 @@ pub struct Gms {
     config: GmsConfig,
     phase: Phase,
     view: Option<View>,
-    /// Highest epoch seen anywhere; new views exceed it so that every member accepts them.
+    /// Highest epoch seen anywhere; founding, join and merge views exceed it so that every
+    /// member accepts them.
     max_epoch_seen: u64,
+    /// The epoch of the current view of each member heard in heartbeats (its `view_epoch`):
+    /// a view that only removes members exceeds those of its members, not every epoch heard
+    /// (so a member cut off alone does not climb above the side that kept the cluster).
+    member_epochs: BTreeMap<MemberId, u64>,
     /// When each member of the current view was last heard from.
     last_heard: BTreeMap<MemberId, Instant>,
     /// Members whose heartbeats show that they follow another coordinator than ours (another
@@ -120,8 +125,11 @@ pub struct Gms {
     watched: BTreeSet<MemberId>,
     pending_joins: Vec<MemberId>,
     pending_leaves: BTreeSet<MemberId>,
-    /// Other coordinators heard announcing, with their view and when.
-    merge_candidates: BTreeMap<MemberId, (View, Instant)>,
+    /// Other coordinators heard announcing, with their view, when, and whether that
+    /// announcement said it had heard this member's (a merge needs both).
+    merge_candidates: BTreeMap<MemberId, (View, Instant, bool)>,
+    /// As coordinator: the other coordinators heard announcing (by incarnation), and when.
+    announcers: BTreeMap<u128, Instant>,
     /// The recent views (installed or received) that view deltas can be rebuilt from.
     bases: Bases,
     /// When a dropped delta was last logged (such logs are rate-limited).
@@ -145,6 +153,7 @@ impl Gms {
             phase: Phase::Idle,
             view: None,
             max_epoch_seen: 0,
+            member_epochs: BTreeMap::new(),
             last_heard: BTreeMap::new(),
             stray_since: BTreeMap::new(),
             next_heartbeat: None,
@@ -154,6 +163,7 @@ impl Gms {
             pending_joins: Vec::new(),
             pending_leaves: BTreeSet::new(),
             merge_candidates: BTreeMap::new(),
+            announcers: BTreeMap::new(),
             bases: Bases::default(),
             delta_logged: None,
             outputs: VecDeque::new(),
@@ -317,6 +327,8 @@ impl Gms {
             return;
         }
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
+        let known = self.member_epochs.entry(from.clone()).or_insert(0);
+        *known = (*known).max(view_epoch);
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
         let ignore = self.ignore_lineage();
@@ -349,7 +361,7 @@ impl Gms {
         // us, and counting that would keep us from ever suspecting it.
         match discovery {
             Discovery::Ping => self.handle_ping(from),
-            Discovery::Announce { view } => self.handle_announce(now, from, view),
+            Discovery::Announce { view, heard } => self.handle_announce(now, from, view, &heard),
         }
     }
 
@@ -498,7 +510,10 @@ impl Gms {
                 if let Some(view) = self.view.as_ref().filter(|_| in_line) {
                     self.outputs.push_back(GmsOutput::DiscoveryReply {
                         to: from.addr(),
-                        discovery: Discovery::Announce { view: view.clone() },
+                        discovery: Discovery::Announce {
+                            view: view.clone(),
+                            heard: Vec::new(),
+                        },
                     });
                 }
             }
@@ -506,7 +521,7 @@ impl Gms {
         }
     }
 
-    fn handle_announce(&mut self, now: Instant, from: &MemberId, view: View) {
+    fn handle_announce(&mut self, now: Instant, from: &MemberId, view: View, heard: &[u128]) {
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
         let is_coordinator = self.is_coordinator();
         match &mut self.phase {
@@ -523,11 +538,18 @@ impl Gms {
                 }
             }
             Phase::Member if is_coordinator && view.coordinator() == from => {
+                if self.announcers.len() < MAX_REMEMBERED
+                    || self.announcers.contains_key(&from.incarnation())
+                {
+                    self.announcers.insert(from.incarnation(), now);
+                }
                 let differs = self.view.as_ref().is_some_and(|v| v.id() != view.id());
                 let room = self.merge_candidates.len() < MAX_REMEMBERED
                     || self.merge_candidates.contains_key(from);
                 if differs && room {
-                    self.merge_candidates.insert(from.clone(), (view, now));
+                    let hears_us = heard.contains(&self.local.incarnation());
+                    self.merge_candidates
+                        .insert(from.clone(), (view, now, hears_us));
                 }
             }
             _ => {}
@@ -673,10 +695,15 @@ impl Gms {
         if self.is_coordinator() && self.next_announce.is_some_and(|t| now >= t) {
             let jitter = self.jitter(self.config.announce_interval / 4);
             self.next_announce = Some(now + self.config.announce_interval + jitter);
+            let horizon = self.config.announce_interval * 3;
+            self.announcers
+                .retain(|_, seen| now.saturating_duration_since(*seen) <= horizon);
             if let Some(view) = &self.view {
+                let heard = self.announcers.keys().copied().collect();
                 self.outputs
                     .push_back(GmsOutput::Discover(Discovery::Announce {
                         view: view.clone(),
+                        heard,
                     }));
             }
             self.maybe_merge(now);
@@ -752,7 +779,13 @@ impl Gms {
             .cloned()
             .collect();
         members.extend(joiners.iter().cloned());
-        let epoch = self.next_epoch();
+        // A view that admits members is above every epoch heard (a joiner may have led a view
+        // of its own); one that only removes members is above its own side's views.
+        let epoch = if joiners.is_empty() {
+            self.next_epoch_within(&members)
+        } else {
+            self.next_epoch()
+        };
         let Ok(next) = View::new(epoch, members) else {
             return;
         };
@@ -817,7 +850,7 @@ impl Gms {
             .filter(|m| !suspects.contains(m))
             .cloned()
             .collect();
-        let epoch = self.next_epoch();
+        let epoch = self.next_epoch_within(&members);
         let Ok(next) = View::new(epoch, members) else {
             return;
         };
@@ -836,11 +869,19 @@ impl Gms {
     fn maybe_merge(&mut self, now: Instant) {
         let horizon = self.config.announce_interval * 3;
         self.merge_candidates
-            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) <= horizon);
-        if self.merge_candidates.is_empty() {
+            .retain(|_, (_, seen, _)| now.saturating_duration_since(*seen) <= horizon);
+        // Only coordinators that heard this one's announcements: a merge view sent over a
+        // link that is cut our way would never arrive, and the views it leads to (the merged
+        // members suspected, excluded, merged again) would climb epoch after epoch.
+        let reachable = |(_, _, hears_us): &(View, Instant, bool)| *hears_us;
+        if !self.merge_candidates.values().any(reachable) {
             return;
         }
-        if self.merge_candidates.keys().any(|c| *c < self.local) {
+        if self
+            .merge_candidates
+            .iter()
+            .any(|(c, candidate)| reachable(candidate) && *c < self.local)
+        {
             trace!(member = %self.local, "a lower coordinator will lead the merge");
             return;
         }
@@ -854,8 +895,9 @@ impl Gms {
             .cloned()
             .collect();
         let mut epoch = self.next_epoch();
-        let candidates = std::mem::take(&mut self.merge_candidates);
-        for (other, _) in candidates.values() {
+        let mut candidates = std::mem::take(&mut self.merge_candidates);
+        candidates.retain(|_, candidate| reachable(candidate));
+        for (other, _, _) in candidates.values() {
             epoch = epoch.max(other.epoch().saturating_add(1));
             for member in other.members() {
                 if !members.contains(member) {
@@ -866,7 +908,7 @@ impl Gms {
         if self.skip_epoch_check() {
             epoch = candidates
                 .values()
-                .map(|(v, _)| v.epoch())
+                .map(|(v, _, _)| v.epoch())
                 .chain([view.epoch()])
                 .max()
                 .unwrap_or(epoch);
@@ -937,7 +979,10 @@ impl Gms {
             self.pending_joins.clear();
             self.pending_leaves.clear();
             self.merge_candidates.clear();
+            self.announcers.clear();
         }
+        let members = self.view.as_ref().map(View::members).unwrap_or_default();
+        self.member_epochs.retain(|m, _| members.contains(m));
         debug!(member = %self.local, view = %view, ?origin, "view installed");
         self.events
             .push_back(GmsEvent::ViewInstalled { view, origin });
@@ -955,6 +1000,21 @@ impl Gms {
     fn next_epoch(&self) -> u64 {
         self.max_epoch_seen
             .max(self.view.as_ref().map_or(0, View::epoch))
+            .saturating_add(1)
+    }
+
+    /// The epoch of a view of `members` that admits nobody (a takeover, or a change that only
+    /// removes members): above this member's view and the views its members were heard in,
+    /// but not above every epoch heard anywhere. Epochs then advance with the membership of
+    /// the view's own side only: a member cut off alone does not climb above the side that
+    /// kept the cluster through the epochs that side's heartbeats spread.
+    fn next_epoch_within(&self, members: &[MemberId]) -> u64 {
+        members
+            .iter()
+            .filter_map(|m| self.member_epochs.get(m).copied())
+            .chain(self.view.as_ref().map(View::epoch))
+            .max()
+            .unwrap_or(0)
             .saturating_add(1)
     }
 

@@ -360,7 +360,13 @@ fn a_member_whose_coordinator_follows_another_lineage_takes_over() {
         &y,
         "the orphaned member took over: {view}"
     );
-    assert!(view.epoch() > 7, "above every epoch heard of: {view}");
+    // Above its own view's epoch, not above the other lineage's that it heard of: a view that
+    // only removes members advances with its own side (issue 30, finding 6); the views merge
+    // later at an epoch above both.
+    assert!(
+        view.epoch() > abandoned.epoch() && view.epoch() <= 7,
+        "above its own view only: {view}"
+    );
 }
 
 /// Found by the harsh `Majority` locking seed 257 (with acknowledgements every fourth
@@ -461,7 +467,9 @@ fn an_announced_view_of_the_last_epoch_does_not_overflow_the_merge() {
         g.handle_timeout(now);
     }
     let last = View::new(u64::MAX, vec![member(2)]).unwrap();
-    g.handle_discovery(now, &member(2), Discovery::Announce { view: last });
+    // It heard member 1's announcements: a merge needs reachability both ways.
+    let heard = vec![member(1).incarnation()];
+    g.handle_discovery(now, &member(2), Discovery::Announce { view: last, heard });
     // The next announcement round merges.
     let until = now + GmsConfig::local().announce_interval * 2;
     while g.stats().merges_led == 0 && now < until {
@@ -686,4 +694,47 @@ fn a_delta_without_its_base_is_answered_with_the_full_view() {
     assert_eq!(k.view(), Some(&v3));
     assert_eq!(k.poll_output(), None);
     assert_eq!(k.stats().view_deltas_dropped, 1);
+}
+
+/// Issue 30, finding 6: a member cut off one way, again and again (each direction in turn),
+/// must not race ahead of the four members that stay together: its views' epochs (the high half
+/// of its fencing tokens under `Available`) stay within one of theirs, cut after cut, and a
+/// resource fenced by tokens does not end up following the lone member for good.
+#[test]
+fn a_member_cut_off_one_way_again_and_again_does_not_race_ahead() {
+    for lone in [0usize, 4] {
+        let mut net = Net::new(5);
+        start_all(&mut net);
+        net.run_for(Duration::from_secs(3));
+        net.assert_one_view_of(&[0, 1, 2, 3, 4]);
+        let others: Vec<usize> = (0..5).filter(|i| *i != lone).collect();
+        let mut lead = Vec::new();
+        for round in 0..8 {
+            // Cut one way: the lone member's datagrams to the others (even rounds) or the
+            // others' to it (odd rounds) are dropped.
+            for &j in &others {
+                if round % 2 == 0 {
+                    net.cut[lone][j] = true;
+                } else {
+                    net.cut[j][lone] = true;
+                }
+            }
+            net.run_for(Duration::from_secs(6));
+            let theirs = others
+                .iter()
+                .filter_map(|i| net.view(*i).map(View::epoch))
+                .max()
+                .expect("the four have views");
+            let its = net.view(lone).map_or(0, View::epoch);
+            lead.push(i128::from(its) - i128::from(theirs));
+            net.heal();
+            net.run_for(Duration::from_secs(6));
+            net.assert_one_view_of(&[0, 1, 2, 3, 4]);
+        }
+        println!("lone member {lone}: lead over the four per cut {lead:?}");
+        assert!(
+            lead.iter().all(|l| *l <= 1),
+            "lone member {lone} ran ahead of the four: {lead:?}"
+        );
+    }
 }

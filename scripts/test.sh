@@ -10,7 +10,15 @@
 # policy and profile). Leases per acquisition: CONCLAVE_LEASE_SEEDS / CONCLAVE_LEASE_HARSH_SEEDS
 # (200 / 60 per policy); grantor transfers (Available): CONCLAVE_TRANSFER_SEEDS /
 # CONCLAVE_TRANSFER_HARSH_SEEDS (300 / 100). Quiet requests (`lock_quiet`), both policies:
-# CONCLAVE_QUIET_SEEDS / CONCLAVE_QUIET_HARSH_SEEDS (150 / 50 per policy).
+# CONCLAVE_QUIET_SEEDS / CONCLAVE_QUIET_HARSH_SEEDS (150 / 50 per policy). Named services, both
+# policies: CONCLAVE_SERVICE_SEEDS / CONCLAVE_SERVICE_HARSH_SEEDS (200 / 60 per policy).
+# Every harsh band runs the harsh profile's new faults by default: hold-backs up to 3 s, 1 s or
+# 300 ms by seed, clocks pinned at 1 ± ρ or flipping between them, half the cuts and partitions
+# one way (docs/protocol.md, "Fault profiles"). Fault knobs, read by every band and `replay`:
+# CONCLAVE_SIM_MAX_REORDER_MS (one fixed hold-back ceiling for every seed, e.g. 3000),
+# CONCLAVE_SIM_DRIFT (the clock-rate bound ρ, default 0.02), CONCLAVE_SIM_CLOCK_PINNED /
+# CONCLAVE_SIM_CLOCK_FLIPPING (shares of incarnations, default 0.25 each; 0 turns one off),
+# CONCLAVE_SIM_ONE_WAY (share of one-way cuts and partitions: gentle 0, harsh 0.5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo test --workspace --all-features --release -- --nocapture

@@ -6,7 +6,10 @@
 //! - `CONCLAVE_SIM_SEEDS` (default 1000 in release builds, 40 in debug builds): how many seeds
 //!   `seeds_run_clean` runs;
 //! - `CONCLAVE_SIM_FIRST_SEED` (default 1): the first of them;
-//! - `CONCLAVE_SIM_SEED`: the seed `replay` runs and prints.
+//! - `CONCLAVE_SIM_SEED`: the seed `replay` runs and prints;
+//! - the fault knobs of [`SimConfig::with_env_knobs`] (`CONCLAVE_SIM_MAX_REORDER_MS`,
+//!   `CONCLAVE_SIM_DRIFT`, `CONCLAVE_SIM_CLOCK_PINNED`, `CONCLAVE_SIM_CLOCK_FLIPPING`,
+//!   `CONCLAVE_SIM_ONE_WAY`), in every band and `replay`.
 
 use std::time::Duration;
 
@@ -89,8 +92,9 @@ fn seeds_run_clean() {
 /// Seeds of the harsh profile that broke an earlier version (none yet).
 const HARSH_REGRESSION_SEEDS: &[u64] = &[];
 
-/// The harsh profile (link cuts both ways and one way, process pauses, loss to 30%, long
-/// reorderings, clock drift): `CONCLAVE_SIM_HARSH_SEEDS` seeds (default 400 in release).
+/// The harsh profile (link cuts and partitions both ways and one way, process pauses, loss to
+/// 30%, reorderings of up to 3 s, clock rates drifting, pinned at the bound or flipping within
+/// it): `CONCLAVE_SIM_HARSH_SEEDS` seeds (default 400 in release).
 #[test]
 fn harsh_seeds_run_clean() {
     let first = env_u64("CONCLAVE_SIM_FIRST_SEED", 1);
@@ -98,7 +102,7 @@ fn harsh_seeds_run_clean() {
         "CONCLAVE_SIM_HARSH_SEEDS",
         if cfg!(debug_assertions) { 10 } else { 400 },
     );
-    let config = SimConfig::harsh();
+    let config = SimConfig::harsh().with_env_knobs();
     let mut total = Report::default();
     let mut failures = Vec::new();
     let seeds: Vec<u64> = HARSH_REGRESSION_SEEDS
@@ -122,12 +126,44 @@ fn harsh_seeds_run_clean() {
         );
     }
     let h = &total.faults;
-    assert!(h.link_cuts > 0 && h.one_way_cuts > 0, "no link cut: {h:?}");
     assert!(h.stalls > 0, "no stall: {h:?}");
     assert!(h.max_loss_permille >= 250, "loss never reached 25%: {h:?}");
-    assert!(h.max_drift_ppm >= 10_000, "no clock drift: {h:?}");
-    assert!(total.network.reordered > 0, "no reordering");
+    assert_knobs_exercised("harsh", &config, &total);
     assert!(total.gms.takeovers > 0 && total.gms.merges_led > 0);
+}
+
+/// A harsh band must have exercised what its knobs ask for: link cuts both ways and one way,
+/// one-way partitions, hold-backs near the longest, clocks pinned at the bound and flipping.
+fn assert_knobs_exercised(name: &str, config: &SimConfig, total: &Report) {
+    let (h, knobs) = (&total.faults, config.harsh.clone().unwrap_or_default());
+    if config.one_way < 1.0 {
+        assert!(h.link_cuts > 0, "{name}: no link cut both ways: {h:?}");
+    }
+    if config.one_way > 0.0 {
+        assert!(
+            h.one_way_cuts > 0 && h.one_way_partitions > 0,
+            "{name}: no one-way cut or partition: {h:?}"
+        );
+    }
+    if knobs.reorder > 0.0 {
+        assert!(
+            total.network.reordered > 0 && h.longest_hold_back > knobs.max_reorder_delay / 2,
+            "{name}: no hold-back near {:?}: {h:?}",
+            knobs.max_reorder_delay
+        );
+    }
+    let rho_ppm = (knobs.clock_drift * 1e6).round() as u64;
+    assert!(
+        h.max_drift_ppm >= rho_ppm / 2,
+        "{name}: no clock drift: {h:?}"
+    );
+    if rho_ppm > 0 {
+        assert!(
+            (knobs.pinned_clocks == 0.0 || h.pinned_clocks > 0)
+                && (knobs.flipping_clocks == 0.0 || h.flipping_clocks > 0),
+            "{name}: no clock pinned at the bound or flipping: {h:?}"
+        );
+    }
 }
 
 /// Clusters of 32 and 64 members, gentle and harsh: `CONCLAVE_LARGE_SEEDS` seeds per size and
@@ -144,8 +180,8 @@ fn large_clusters_run_clean() {
     let mut all = Report::default();
     for nodes in [32, 64] {
         for (name, config) in [
-            ("gentle", SimConfig::default()),
-            ("harsh", SimConfig::harsh()),
+            ("gentle", SimConfig::default().with_env_knobs()),
+            ("harsh", SimConfig::harsh().with_env_knobs()),
         ] {
             let config = config.with_nodes(nodes);
             let mut total = Report::default();

@@ -100,6 +100,11 @@ pub struct SimConfig {
     /// The harsh profile's extra faults (link cuts, process pauses, long reorderings, clock
     /// drift); `None` is the gentle profile. Default `None`.
     pub harsh: Option<HarshFaults>,
+    /// Share of partitions, and of the harsh profile's link cuts, that cut one way only: in a
+    /// one-way partition the side picked is heard by the others but hears none of them. Default 0 (the
+    /// gentle profile draws nothing for it, so its seeds replay as before); 0.5 in the harsh
+    /// profile; `CONCLAVE_SIM_ONE_WAY` sets it.
+    pub one_way: f64,
     /// Whether nodes keep their promised term on a disk that survives restarts
     /// ([`crate::Endpoint::poll_durable_term`]); with it, `Majority` fencing tokens never go
     /// back (no amnesia is excused), without it a restart may make them.
@@ -125,6 +130,7 @@ impl Default for SimConfig {
             max_down: usize::MAX,
             max_steps: 3_000_000,
             harsh: None,
+            one_way: 0.0,
             durable_terms: true,
         }
     }
@@ -160,6 +166,7 @@ impl SimConfig {
             max_loss: 0.3,
             max_duplicate: 0.1,
             harsh: Some(HarshFaults::default()),
+            one_way: 0.5,
             ..SimConfig::default()
         }
     }
@@ -170,12 +177,16 @@ impl SimConfig {
             max_loss: 0.3,
             max_duplicate: 0.1,
             harsh: Some(HarshFaults::default()),
+            one_way: 0.5,
             ..SimConfig::locking(policy)
         }
     }
 
     /// The profile named by `CONCLAVE_SIM_FAULTS` (`harsh`, or anything else for gentle), with
-    /// `CONCLAVE_SIM_NODES` nodes if set.
+    /// `CONCLAVE_SIM_NODES` nodes and the fault knobs ([`SimConfig::with_env_knobs`]) if set.
+    ///
+    /// # Panics
+    /// If a knob is set to something that is not a number.
     pub fn from_env_profile(policy: Option<PartitionPolicy>) -> Self {
         let harsh = std::env::var("CONCLAVE_SIM_FAULTS").is_ok_and(|v| v == "harsh");
         let config = match (policy, harsh) {
@@ -183,7 +194,8 @@ impl SimConfig {
             (None, true) => SimConfig::harsh(),
             (Some(p), false) => SimConfig::locking(p),
             (Some(p), true) => SimConfig::locking_harsh(p),
-        };
+        }
+        .with_env_knobs();
         match std::env::var("CONCLAVE_SIM_NODES")
             .ok()
             .and_then(|n| n.parse().ok())
@@ -191,6 +203,24 @@ impl SimConfig {
             Some(nodes) => config.with_nodes(nodes),
             None => config,
         }
+    }
+
+    /// The same profile with the fault knobs set in the environment: `CONCLAVE_SIM_ONE_WAY`
+    /// ([`SimConfig::one_way`]) and, in the harsh profile, `CONCLAVE_SIM_MAX_REORDER_MS`,
+    /// `CONCLAVE_SIM_DRIFT`, `CONCLAVE_SIM_CLOCK_PINNED` and `CONCLAVE_SIM_CLOCK_FLIPPING`
+    /// ([`HarshFaults`]). The bands apply them, and a violation's replay line names each one
+    /// that differs from the profile's default.
+    ///
+    /// # Panics
+    /// If a knob is set to something that is not a number.
+    pub fn with_env_knobs(mut self) -> Self {
+        if let Some(share) = faults::env_number("CONCLAVE_SIM_ONE_WAY") {
+            self.one_way = share;
+        }
+        if let Some(harsh) = self.harsh.as_mut() {
+            harsh.apply_env();
+        }
+        self
     }
 
     /// The same profile with `nodes` node slots (under `Majority`, the cluster size follows,
@@ -334,7 +364,7 @@ impl Simulation {
             max_reorder_delay: config
                 .harsh
                 .as_ref()
-                .map_or(Duration::ZERO, |h| h.max_reorder_delay),
+                .map_or(Duration::ZERO, |h| h.reorder_ceiling(seed)),
         };
         let network = Network::new(config.nodes, conditions);
         let chaos_end = Instant::ZERO + config.chaos;
@@ -501,8 +531,11 @@ impl Simulation {
                     let pick = self.rng.below(all.len() as u64) as usize;
                     side.push(all.swap_remove(pick));
                 }
-                self.network.partition(&side);
+                // No draw at share 0: the gentle profile's seeds replay as before.
+                let one_way = self.config.one_way > 0.0 && self.rng.chance(self.config.one_way);
+                self.network.partition(&side, one_way);
                 self.report.partitions += 1;
+                self.report.faults.one_way_partitions += u64::from(one_way);
             }
             0..=2 => {
                 self.network.heal();
@@ -944,6 +977,7 @@ impl Simulation {
         }
         self.report.virtual_time = self.now - Instant::ZERO;
         self.report.network = self.network.stats;
+        self.report.faults.record_hold_backs(&self.network);
         self.report
     }
 
@@ -972,11 +1006,18 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
     } else {
         "cargo test -p conclave-protocol --features sim --release --test simulation".to_owned()
     };
-    let mut profile = if config.harsh.is_some() {
-        "CONCLAVE_SIM_FAULTS=harsh ".to_owned()
-    } else {
-        String::new()
+    let mut profile = match &config.harsh {
+        Some(harsh) => format!("CONCLAVE_SIM_FAULTS=harsh {}", harsh.replay_vars()),
+        None => String::new(),
     };
+    let one_way_default = if config.harsh.is_some() {
+        SimConfig::harsh().one_way
+    } else {
+        SimConfig::default().one_way
+    };
+    if config.one_way != one_way_default {
+        profile.push_str(&format!("CONCLAVE_SIM_ONE_WAY={} ", config.one_way));
+    }
     if config.endpoint.locks.node_cache.enabled {
         profile.push_str("CONCLAVE_SIM_CACHE=1 ");
     }

@@ -6,6 +6,9 @@ use std::time::Duration;
 use super::rng::SimRng;
 use crate::time::Instant;
 
+/// A datagram held back at least this long counts as a long hold-back.
+const LONG_HOLD_BACK: Duration = Duration::from_secs(1);
+
 /// A datagram in flight to a node slot.
 #[derive(Debug)]
 pub(crate) struct InFlight {
@@ -55,6 +58,12 @@ pub(crate) struct Network {
     next_id: u64,
     /// Which side of the current partition each slot is on (all 0 when healed).
     side: Vec<u8>,
+    /// Whether the partition drops only what side 0 sends to side 1 (side 1 still reaches
+    /// side 0: one side hears the other but is not heard).
+    one_way: bool,
+    /// The longest delay of a held-back datagram, and how many were held back a second or more.
+    longest_hold_back: Duration,
+    long_hold_backs: u64,
     /// Directed links that drop everything (`(from, to)`).
     blocked: BTreeSet<(usize, usize)>,
     pub(crate) conditions: Conditions,
@@ -67,6 +76,9 @@ impl Network {
             in_flight: BTreeMap::new(),
             next_id: 0,
             side: vec![0; nodes],
+            one_way: false,
+            longest_hold_back: Duration::ZERO,
+            long_hold_backs: 0,
             blocked: BTreeSet::new(),
             conditions,
             stats: NetworkStats::default(),
@@ -75,7 +87,8 @@ impl Network {
 
     /// Whether a datagram from `a` reaches `b`.
     pub(crate) fn connected(&self, a: usize, b: usize) -> bool {
-        self.side[a] == self.side[b] && !self.blocked.contains(&(a, b))
+        let across = self.side[a] != self.side[b] && !(self.one_way && self.side[a] == 1);
+        !across && !self.blocked.contains(&(a, b))
     }
 
     /// Cuts the link from `a` to `b` (one way).
@@ -102,14 +115,23 @@ impl Network {
         self.side.iter().any(|s| *s != 0)
     }
 
-    pub(crate) fn partition(&mut self, side_one: &[usize]) {
+    /// Splits the slots into `side_one` and the rest; `one_way` drops only what the rest
+    /// sends to `side_one`.
+    pub(crate) fn partition(&mut self, side_one: &[usize], one_way: bool) {
         for (i, s) in self.side.iter_mut().enumerate() {
             *s = u8::from(side_one.contains(&i));
         }
+        self.one_way = one_way;
     }
 
     pub(crate) fn heal(&mut self) {
         self.side.fill(0);
+        self.one_way = false;
+    }
+
+    /// The longest delay of a held-back datagram, and how many were held back a second or more.
+    pub(crate) fn hold_backs(&self) -> (Duration, u64) {
+        (self.longest_hold_back, self.long_hold_backs)
     }
 
     /// Queues `bytes` from `from` to `to`, applying loss, duplication, delay and partitions.
@@ -159,7 +181,10 @@ impl Network {
             self.stats.reordered += 1;
             let extra =
                 u64::try_from(self.conditions.max_reorder_delay.as_nanos()).unwrap_or(u64::MAX);
-            return delay + Duration::from_nanos(rng.between(hi, extra.max(hi)));
+            let held = delay + Duration::from_nanos(rng.between(hi, extra.max(hi)));
+            self.longest_hold_back = self.longest_hold_back.max(held);
+            self.long_hold_backs += u64::from(held >= LONG_HOLD_BACK);
+            return held;
         }
         delay
     }

@@ -189,19 +189,28 @@ impl fmt::Display for Report {
             self.link_changes
         )?;
         let h = &self.faults;
-        if h.link_cuts + h.one_way_cuts + h.stalls + h.max_drift_ppm > 0 {
+        if h.link_cuts + h.one_way_cuts + h.one_way_partitions + h.stalls + h.max_drift_ppm > 0 {
             writeln!(
                 f,
-                "harsh faults        {} link cuts, {} one-way cuts ({} datagrams cut), {} stalls ({:.1} s in all, longest {:.2} s), {} reordered, loss up to {:.1}%, clock drift up to {} ppm",
+                "harsh faults        {} link cuts, {} one-way cuts ({} datagrams cut), {} one-way partitions, {} stalls ({:.1} s in all, longest {:.2} s), loss up to {:.1}%",
                 h.link_cuts,
                 h.one_way_cuts,
                 self.network.cut,
+                h.one_way_partitions,
                 h.stalls,
                 h.stall_time.as_secs_f64(),
                 h.longest_stall.as_secs_f64(),
-                self.network.reordered,
                 h.max_loss_permille as f64 / 10.0,
-                h.max_drift_ppm
+            )?;
+            writeln!(
+                f,
+                "reorderings, clocks {} reordered ({} held back 1 s or more, longest {:.2} s), clock drift up to {} ppm ({} clocks pinned at the bound, {} flipping)",
+                self.network.reordered,
+                h.long_hold_backs,
+                h.longest_hold_back.as_secs_f64(),
+                h.max_drift_ppm,
+                h.pinned_clocks,
+                h.flipping_clocks,
             )?;
         }
         writeln!(f, "node starts         {}", self.starts)?;

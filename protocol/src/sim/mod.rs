@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockName, MemberId, RequestId};
+use conclave_lock_api::{LockName, MemberId, RequestId};
 
 use crate::endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent};
 use crate::gms::{MembershipState, Sabotage};
@@ -294,7 +294,7 @@ struct Simulation {
     /// Last fencing token granted per (lock service, grantor incarnation or 0 for
     /// cluster-wide, lock), with the granting incarnation and the number of node starts at
     /// that grant.
-    last_tokens: BTreeMap<TokenKey, (FencingToken, u128, u64)>,
+    last_tokens: BTreeMap<TokenKey, lock_check::LastToken>,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
     /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).

@@ -167,6 +167,8 @@ pub(crate) struct NodeCache {
 #[cfg(feature = "sim")]
 #[derive(Clone, Debug)]
 pub struct CachedGrant {
+    /// How many grants this member's grantor had made before (orders the two logs).
+    pub after: u64,
     /// The lock.
     pub name: LockName,
     /// Its token, from the node grant's block.
@@ -328,6 +330,7 @@ impl LockService {
         #[cfg(feature = "sim")]
         if let Some(held) = self.client.held_lock(grant) {
             self.cache.grant_log.push(CachedGrant {
+                after: self.grantor.stats.grants,
                 name: name.clone(),
                 token,
                 mode,

@@ -166,7 +166,10 @@ pub(crate) struct Grantor {
     pub(crate) lazy_acks: LazyAcks,
     /// Grants in the order made, for the simulator's token checker.
     #[cfg(feature = "sim")]
-    pub(crate) grant_log: Vec<(LockName, conclave_lock_api::FencingToken, LockMode)>,
+    /// Each with the grant's number (`stats.grants`), which orders it with local grants from
+    /// node grants.
+    #[allow(clippy::type_complexity)]
+    pub(crate) grant_log: Vec<(u64, LockName, conclave_lock_api::FencingToken, LockMode)>,
 }
 
 impl Grantor {
@@ -968,11 +971,18 @@ impl Grantor {
 
     /// Counts a grant; the simulator's token checker sees it, unless it is a node grant (its
     /// member's local grants from it are logged there, with the tokens owners are given).
-    fn log_grant(&mut self, _name: &LockName, _token: conclave_lock_api::FencingToken, _owner: &OwnerId, _mode: LockMode) {
+    fn log_grant(
+        &mut self,
+        _name: &LockName,
+        _token: conclave_lock_api::FencingToken,
+        _owner: &OwnerId,
+        _mode: LockMode,
+    ) {
         self.stats.grants += 1;
         #[cfg(feature = "sim")]
         if _owner.local != NODE_OWNER {
-            self.grant_log.push((_name.clone(), _token, _mode));
+            self.grant_log
+                .push((self.stats.grants, _name.clone(), _token, _mode));
         }
     }
 

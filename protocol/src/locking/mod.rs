@@ -1469,13 +1469,14 @@ impl LockService {
     }
 
     /// Takes the grants made since the last call, in order, with the highest epoch this
-    /// member knew of at each (simulator token checker).
+    /// member knew of at each (simulator token checker), and each grant's number (see
+    /// [`CachedGrant::after`]).
     #[cfg(feature = "sim")]
-    pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken, u64, LockMode)> {
+    pub fn take_grant_log(&mut self) -> Vec<(u64, LockName, FencingToken, u64, LockMode)> {
         let known = self.known_for_tokens();
         std::mem::take(&mut self.grantor.grant_log)
             .into_iter()
-            .map(|(name, token, mode)| (name, token, known, mode))
+            .map(|(seq, name, token, mode)| (seq, name, token, known, mode))
             .collect()
     }
 

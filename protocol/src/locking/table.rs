@@ -672,7 +672,10 @@ mod tests {
         let b = t.grant(&name(), waiter(2, 3, LockMode::Shared), 3, now);
         assert_eq!(a, Some(FencingToken::new(3, u32::MAX - 1)));
         assert_eq!(b, Some(FencingToken::new(3, u32::MAX)));
-        assert_eq!(t.grant(&name(), waiter(3, 4, LockMode::Shared), 3, now), None);
+        assert_eq!(
+            t.grant(&name(), waiter(3, 4, LockMode::Shared), 3, now),
+            None
+        );
         // Waiters are not promoted into the next term either.
         let other = LockName::new("o").unwrap();
         t.grant(&other, waiter(1, 5, LockMode::Exclusive), 3, now);

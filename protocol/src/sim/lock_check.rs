@@ -54,8 +54,22 @@ struct Grant {
 }
 
 impl Grant {
-    fn plain(name: LockName, token: FencingToken, known_epoch: u64, mode: LockMode, grantor: u128) -> Self {
-        Self { name, token, mode, known_epoch, grantor, cached_from: None, granted_in: 0 }
+    fn plain(
+        name: LockName,
+        token: FencingToken,
+        known_epoch: u64,
+        mode: LockMode,
+        grantor: u128,
+    ) -> Self {
+        Self {
+            name,
+            token,
+            mode,
+            known_epoch,
+            grantor,
+            cached_from: None,
+            granted_in: 0,
+        }
     }
 
     fn cached(grant: CachedGrant, known_epoch: u64) -> Self {
@@ -224,16 +238,20 @@ impl Simulation {
             };
             let grantor = endpoint.local().incarnation();
             let view = endpoint.view().cloned();
-            // Local grants from node grants first: a grant the grantor made in the same input
-            // (at this member) can only follow them (it needed the node grant back).
+            // Per service, the grantor's grants and the local grants from node grants in the
+            // order made: a local grant follows the grantor's grant it counted (`after`).
             let mut log: Vec<(Option<ServiceName>, Grant)> = Vec::new();
             let mut take = |service: Option<ServiceName>, locks: &mut LockService| {
+                let mut ordered: Vec<((u64, bool), Grant)> = Vec::new();
+                for (seq, name, token, known, mode) in locks.take_grant_log() {
+                    let grant = Grant::plain(name, token, known, mode, grantor);
+                    ordered.push(((seq, false), grant));
+                }
                 for (cached, known) in locks.take_cached_grant_log() {
-                    log.push((service.clone(), Grant::cached(cached, known)));
+                    ordered.push(((cached.after, true), Grant::cached(cached, known)));
                 }
-                for (name, token, known, mode) in locks.take_grant_log() {
-                    log.push((service.clone(), Grant::plain(name, token, known, mode, grantor)));
-                }
+                ordered.sort_by_key(|(order, _)| *order);
+                log.extend(ordered.into_iter().map(|(_, g)| (service.clone(), g)));
             };
             take(None, endpoint.locks_mut());
             let names: Vec<ServiceName> = endpoint.services().map(|(n, _)| n.clone()).collect();
@@ -263,9 +281,9 @@ impl Simulation {
             return false;
         };
         self.slots.iter().any(|slot| {
-            slot.endpoint.as_ref().is_some_and(|e| {
-                e.local() == by && e.view().is_some_and(|v| v.id() == view.id())
-            })
+            slot.endpoint
+                .as_ref()
+                .is_some_and(|e| e.local() == by && e.view().is_some_and(|v| v.id() == view.id()))
         })
     }
 
@@ -287,7 +305,11 @@ impl Simulation {
         let delegated = grant.cached_from.is_some() && grant.mode == LockMode::Shared;
         let token = grant.token;
         if let Some(last) = self.last_tokens.get(&key) {
-            let bar = if delegated { last.exclusive } else { last.token };
+            let bar = if delegated {
+                last.exclusive
+            } else {
+                last.token
+            };
             // Amnesia: the grantor never heard of the previous token's epoch (or term); or,
             // under `Majority`, another grantor's term of the same or a lower number, begun
             // after a node restarted (a member in both majorities forgot the higher term it
@@ -296,7 +318,9 @@ impl Simulation {
             let durable = majority && self.config.durable_terms;
             let forgot = !durable
                 && (grant.known_epoch < bar.epoch()
-                    || (majority && last.grantor != grant.grantor && self.report.starts > last.starts));
+                    || (majority
+                        && last.grantor != grant.grantor
+                        && self.report.starts > last.starts));
             if token <= bar && forgot {
                 self.report.token_amnesia += 1;
             } else if token <= bar {

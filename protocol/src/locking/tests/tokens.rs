@@ -37,7 +37,11 @@ fn node_grant_outlived(c: &mut Cluster, hold: bool) -> (FencingToken, Option<Req
     c.settle();
     let first = c.lock(2, 1, "x", LockMode::Exclusive, true);
     let block = c.granted(2, first).expect("granted from a node grant");
-    assert_eq!(c.node(2).cache_stats().hits, 1, "served from the node grant");
+    assert_eq!(
+        c.node(2).cache_stats().hits,
+        1,
+        "served from the node grant"
+    );
     let kept = if hold {
         Some(first)
     } else {
@@ -51,8 +55,13 @@ fn node_grant_outlived(c: &mut Cluster, hold: bool) -> (FencingToken, Option<Req
     let config = c.node(1).config().clone();
     let r3 = c.lock(3, 1, "x", LockMode::Exclusive, true);
     c.advance(config.lease + config.lease_margin * 2);
-    let t3 = c.granted(3, r3).expect("the grantor grants x again once the fence ran out");
-    assert!(t3.0 >= block.0 + NODE_GRANT_TOKENS, "{t3} after the block of {block}");
+    let t3 = c
+        .granted(3, r3)
+        .expect("the grantor grants x again once the fence ran out");
+    assert!(
+        t3.0 >= block.0 + NODE_GRANT_TOKENS,
+        "{t3} after the block of {block}"
+    );
     (t3, kept)
 }
 

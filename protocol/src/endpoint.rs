@@ -783,6 +783,11 @@ impl Endpoint {
     fn pump(&mut self, now: Instant) {
         loop {
             let mut progressed = false;
+            // Under `Available` a grantor whose tokens ran out for its epoch grants again only
+            // in a view with a higher one: as coordinator, install the same members again.
+            if self.locks.needs_new_view() || self.services.values().any(|s| s.needs_new_view()) {
+                self.gms.renew_view(now);
+            }
             let max_epoch = self.gms.max_epoch_seen();
             self.locks.observe_epoch(now, max_epoch);
             for service in self.services.values_mut() {

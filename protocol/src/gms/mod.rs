@@ -942,6 +942,26 @@ impl Gms {
         }
     }
 
+    /// As coordinator: installs the same members again under a higher epoch. The lock layer
+    /// asks for it under `Available` when a grantor's fencing tokens ran out for its view's
+    /// epoch (a token never carries the next epoch: only a new view lets it grant again).
+    /// Does nothing at a member that does not coordinate.
+    pub fn renew_view(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Member) || !self.is_coordinator() {
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        let epoch = self.next_epoch_within(view.members());
+        let Ok(next) = View::new(epoch, view.members().to_vec()) else {
+            return;
+        };
+        info!(coordinator = %self.local, view = %next, "renewing the view (fencing tokens ran out)");
+        self.install(now, next.clone(), ViewOrigin::Changed);
+        self.send_view_to_members(&next, Some(&view));
+    }
+
     fn install(&mut self, now: Instant, view: View, origin: ViewOrigin) {
         let was_coordinator = self.is_coordinator();
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());

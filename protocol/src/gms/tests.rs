@@ -738,3 +738,25 @@ fn a_member_cut_off_one_way_again_and_again_does_not_race_ahead() {
         );
     }
 }
+
+/// Under `Available` a grantor whose fencing tokens ran out for its view's epoch grants again
+/// only in a view with a higher one: the coordinator installs the same members again, and every
+/// member installs it; a member that does not coordinate installs nothing.
+#[test]
+fn a_renewed_view_has_the_same_members_and_a_higher_epoch() {
+    let mut net = Net::new(3);
+    start_all(&mut net);
+    net.run_for(Duration::from_secs(3));
+    net.assert_one_view_of(&[0, 1, 2]);
+    let before = net.view(0).expect("a view").clone();
+    let now = net.now;
+    net.nodes[1].as_mut().unwrap().renew_view(now);
+    net.flush();
+    assert_eq!(net.view(1), Some(&before), "only the coordinator renews");
+    net.nodes[0].as_mut().unwrap().renew_view(now);
+    net.flush();
+    net.assert_one_view_of(&[0, 1, 2]);
+    let after = net.view(0).expect("a view");
+    assert!(after.epoch() > before.epoch(), "{after} after {before}");
+    assert_eq!(after.members(), before.members());
+}

@@ -155,6 +155,30 @@ pub(crate) struct NodeCache {
     pub(crate) stats: CacheStats,
     /// Sabotage: keep serving local requests from a node grant after returning it.
     pub(crate) serve_after_return: bool,
+    /// Sabotage: serve local requests from a node grant whose lease ran out, if the lease
+    /// timers have not run yet.
+    pub(crate) ignore_lease: bool,
+    /// Local grants made from node grants since the simulator last took them.
+    #[cfg(feature = "sim")]
+    pub(crate) grant_log: Vec<CachedGrant>,
+}
+
+/// A local grant made from a node grant, for the simulator's token checker.
+#[cfg(feature = "sim")]
+#[derive(Clone, Debug)]
+pub struct CachedGrant {
+    /// How many grants this member's grantor had made before (orders the two logs).
+    pub after: u64,
+    /// The lock.
+    pub name: LockName,
+    /// Its token, from the node grant's block.
+    pub token: FencingToken,
+    /// Exclusive (a cached lock) or shared (a read delegation).
+    pub mode: LockMode,
+    /// The grantor of the node grant.
+    pub granted_by: conclave_lock_api::MemberId,
+    /// The epoch of this member's view when the node grant arrived.
+    pub granted_in: u64,
 }
 
 /// The most locks whose evidence or backoff is remembered.
@@ -176,6 +200,7 @@ impl LockService {
             return None;
         }
         let name = request.name.clone();
+        self.cache_expire_lapsed(now, &name);
         if let Some(entry) = self.cache.entries.get(&name) {
             // Being revoked, cached in the other mode, or queued at the grantor behind other
             // owners: ask the grantor (in its FIFO order). Still on its way and not queued, or
@@ -244,6 +269,37 @@ impl LockService {
         Some(id)
     }
 
+    /// Whether `name`'s node grant is held and its lease (under `Majority`, the hold lease;
+    /// also an acquisition lease, if any) ran out at `now`: the lease timers are due, whether
+    /// or not the driver has run them yet (the driving contract allows late timers). Such a
+    /// node grant hands out no token: a grantor may already have granted the lock again.
+    fn cache_lapsed(&self, now: Instant, name: &LockName) -> bool {
+        if self.cache.ignore_lease {
+            return false;
+        }
+        let Some(entry) = self.cache.entries.get(name) else {
+            return false;
+        };
+        self.client.held_lock(entry.grant).is_some_and(|h| {
+            h.lease_until.is_some_and(|t| now >= t)
+                || (self.config.policy.is_majority() && now >= h.leased_from + self.config.lease)
+        })
+    }
+
+    /// A local request at `now` finds `name`'s node grant as the lease timers would have left
+    /// it: if its lease ran out, they run now (the node grant is lost, with its local holds,
+    /// and the local waiters go to the grantor), before anything is served from it.
+    fn cache_expire_lapsed(&mut self, now: Instant, name: &LockName) {
+        if !self.cache_lapsed(now, name) {
+            return;
+        }
+        self.check_leases(now);
+        self.acquisition_leases_expired +=
+            self.client
+                .expire_acquisition_leases(now, &mut self.outbox, &mut self.notices);
+        self.cache_absorb(now);
+    }
+
     /// Grants `name` from its node grant to the local request `id`.
     fn cache_grant_local(&mut self, name: &LockName, id: RequestId, owner: u64) {
         let Some(entry) = self.cache.entries.get_mut(name) else {
@@ -271,6 +327,17 @@ impl LockService {
             },
         );
         self.cache.stats.hits += 1;
+        #[cfg(feature = "sim")]
+        if let Some(held) = self.client.held_lock(grant) {
+            self.cache.grant_log.push(CachedGrant {
+                after: self.grantor.stats.grants,
+                name: name.clone(),
+                token,
+                mode,
+                granted_by: held.granted_by.clone(),
+                granted_in: held.granted_in,
+            });
+        }
         self.notices.push_back(LockNotice::Granted {
             request: id,
             name: name.clone(),
@@ -303,6 +370,14 @@ impl LockService {
             if entry.mode == LockMode::Exclusive && !entry.holders.is_empty() {
                 return;
             }
+            if self.cache_lapsed(now, name) {
+                // The lease timers lose the node grant at the end of this input (`pump`) and
+                // send the local waiters to the grantor.
+                return;
+            }
+            let Some(entry) = self.cache.entries.get_mut(name) else {
+                return;
+            };
             let Some(next) = entry.queue.pop_front() else {
                 return;
             };

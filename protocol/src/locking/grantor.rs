@@ -166,7 +166,10 @@ pub(crate) struct Grantor {
     pub(crate) lazy_acks: LazyAcks,
     /// Grants in the order made, for the simulator's token checker.
     #[cfg(feature = "sim")]
-    pub(crate) grant_log: Vec<(LockName, conclave_lock_api::FencingToken)>,
+    /// Each with the grant's number (`stats.grants`), which orders it with local grants from
+    /// node grants.
+    #[allow(clippy::type_complexity)]
+    pub(crate) grant_log: Vec<(u64, LockName, conclave_lock_api::FencingToken, LockMode)>,
 }
 
 impl Grantor {
@@ -206,9 +209,20 @@ impl Grantor {
     fn may_grant(&self, ctx: &Ctx<'_>) -> bool {
         if self.sabotage.grant_while_reconciling {
             // The historical bug: serve at once from whatever table there is.
-            return self.is_active() && ctx.policy_ok;
+            return self.is_active() && ctx.policy_ok && !self.exhausted();
         }
-        self.is_serving() && ctx.policy_ok && self.grace_until.is_none_or(|t| ctx.now >= t)
+        self.is_serving()
+            && ctx.policy_ok
+            && self.grace_until.is_none_or(|t| ctx.now >= t)
+            && !self.exhausted()
+    }
+
+    /// Whether this grantor's term (`Available`: its reconciled epoch) has no tokens left: a
+    /// node grant's block no longer fits under it. It grants nothing more (requests wait,
+    /// tries are denied as unavailable) until it starts again with a higher one: at once
+    /// under `Majority` (a new term), at the next view under `Available`.
+    pub(crate) fn exhausted(&self) -> bool {
+        self.is_active() && self.table.exhausted(self.epoch)
     }
 
     /// Becomes the grantor (or restarts after a merge): asks every member for its report.
@@ -715,8 +729,12 @@ impl Grantor {
                         return;
                     }
                     let lease_until = waiter.lease.map(|d| ctx.now + d);
-                    let token = self.table.grant(&name, waiter, self.epoch, ctx.now);
-                    self.log_grant(&name, token);
+                    let owner = waiter.owner.clone();
+                    let Some(token) = self.table.grant(&name, waiter, self.epoch, ctx.now) else {
+                        // Not reached: `may_grant` keeps a node grant's block in reserve.
+                        return;
+                    };
+                    self.log_grant(&name, token, &owner, mode);
                     self.note_write(&name, mode, ctx.now);
                     (token, lease_until)
                 };
@@ -849,7 +867,7 @@ impl Grantor {
             });
         for holder in granted {
             self.stats.contended_grants += 1;
-            self.log_grant(name, holder.token);
+            self.log_grant(name, holder.token, &holder.owner, holder.mode);
             let stamp = self.stamp_of(&holder.owner.member);
             let cached = self.cacheable(name, &holder.owner, holder.mode, ctx.now);
             self.note_write(name, holder.mode, ctx.now);
@@ -952,10 +970,21 @@ impl Grantor {
         self.stamps.get(member).copied().unwrap_or(0)
     }
 
-    fn log_grant(&mut self, _name: &LockName, _token: conclave_lock_api::FencingToken) {
+    /// Counts a grant; the simulator's token checker sees it, unless it is a node grant (its
+    /// member's local grants from it are logged there, with the tokens owners are given).
+    fn log_grant(
+        &mut self,
+        _name: &LockName,
+        _token: conclave_lock_api::FencingToken,
+        _owner: &OwnerId,
+        _mode: LockMode,
+    ) {
         self.stats.grants += 1;
         #[cfg(feature = "sim")]
-        self.grant_log.push((_name.clone(), _token));
+        if _owner.local != NODE_OWNER {
+            self.grant_log
+                .push((self.stats.grants, _name.clone(), _token, _mode));
+        }
     }
 
     /// Every hold in the table, for checkers and status queries.

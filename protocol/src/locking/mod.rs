@@ -55,6 +55,8 @@ use client::Client;
 use grantor::{Ctx, Grantor};
 use lease::{scale, Support, Term};
 
+#[cfg(feature = "sim")]
+pub use cache::CachedGrant;
 pub use cache::{CacheStats, NodeCacheConfig};
 pub use config::{LockConfig, LockConfigError, PartitionPolicy};
 pub use grantor::GrantorStats;
@@ -306,6 +308,9 @@ pub struct LockSabotage {
     pub keep_waits_in_minority: bool,
     /// Node caching: keep granting local requests from a node grant after returning it.
     pub cache_after_return: bool,
+    /// Node caching: grant local requests from a node grant whose lease ran out while the
+    /// lease timers have not run yet (late timers).
+    pub cache_ignore_lease: bool,
     /// Read delegations: grant a writer over read delegations without revoking them first.
     pub grant_over_delegations: bool,
     /// Leases per acquisition: the holder counts its lease, whole, from when the grant
@@ -512,6 +517,7 @@ impl LockService {
         self.support.promise_anyone = sabotage.promise_anyone;
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
         self.cache.serve_after_return = sabotage.cache_after_return;
+        self.cache.ignore_lease = sabotage.cache_ignore_lease;
         self.sabotage_service_without_term = sabotage.service_without_term;
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
         self.client.lease_from_receipt = sabotage.lease_from_receipt;
@@ -1068,7 +1074,9 @@ impl LockService {
             || !self.grantor.is_active()
             || gained_majority
             || (self.borrows() && self.borrowed.and_then(|a| a.term) != self.started_term);
-        if coordinator && (became || origin == ViewOrigin::Merged || admits_members) {
+        // A grantor whose tokens ran out starts again at the new view's epoch (`Available`).
+        let exhausted = self.grantor.exhausted();
+        if coordinator && (became || origin == ViewOrigin::Merged || admits_members || exhausted) {
             self.begin_term(now, view);
         } else if coordinator {
             let ctx = self.ctx(now, view);
@@ -1099,7 +1107,10 @@ impl LockService {
         if self.borrows() {
             self.started_term = self.borrowed.and_then(|a| a.term);
         } else if self.config.policy.is_majority() {
-            let term = self.support.max_term.saturating_add(1);
+            // Above every term heard of, and every token's term seen (a term whose tokens
+            // ran out gives way to a higher one).
+            let seen = self.grantor.table.last_token().epoch();
+            let term = self.support.max_term.max(seen).saturating_add(1);
             self.support.observe_term(term);
             self.term = Some(Term::new(term));
             self.refresh_own_support(now);
@@ -1294,12 +1305,21 @@ impl LockService {
     /// support, a later term may have served (a member in both majorities can restart and
     /// forget its promise), so the grantor begins a new term, with a new reconciliation and
     /// a new grace period.
+    ///
+    /// A term whose tokens ran out (`Grantor::exhausted`) also gives way to a new term: its
+    /// number is higher, so its tokens exceed every token of the old one.
     fn enter(&mut self, now: Instant) {
         self.support.touch(now);
         let lapsed = self.grantor.is_active() && self.term.as_ref().is_some_and(|t| t.lapsed(now));
-        if lapsed {
+        let exhausted =
+            self.config.policy.is_majority() && !self.borrows() && self.grantor.exhausted();
+        if lapsed || exhausted {
             if let Some(view) = self.view.clone() {
-                info!(member = %self.local, "grantor term lost its majority; starting a new term");
+                if lapsed {
+                    info!(member = %self.local, "grantor term lost its majority; starting a new term");
+                } else {
+                    info!(member = %self.local, "grantor term used up its fencing tokens; starting a new term");
+                }
                 self.begin_term(now, &view);
             }
         }
@@ -1485,19 +1505,37 @@ impl LockService {
     }
 
     /// Takes the grants made since the last call, in order, with the highest epoch this
-    /// member knew of at each (simulator token checker).
+    /// member knew of at each (simulator token checker), and each grant's number (see
+    /// [`CachedGrant::after`]).
     #[cfg(feature = "sim")]
-    pub fn take_grant_log(&mut self) -> Vec<(LockName, FencingToken, u64)> {
-        let known = if let Some(lent) = self.borrowed.filter(|_| self.config.policy.is_majority()) {
+    pub fn take_grant_log(&mut self) -> Vec<(u64, LockName, FencingToken, u64, LockMode)> {
+        let known = self.known_for_tokens();
+        std::mem::take(&mut self.grantor.grant_log)
+            .into_iter()
+            .map(|(seq, name, token, mode)| (seq, name, token, known, mode))
+            .collect()
+    }
+
+    /// The highest epoch (`Available`) or term (`Majority`) this member knows of.
+    #[cfg(feature = "sim")]
+    fn known_for_tokens(&self) -> u64 {
+        if let Some(lent) = self.borrowed.filter(|_| self.config.policy.is_majority()) {
             lent.max_term
         } else if self.config.policy.is_majority() {
             self.support.max_term
         } else {
             self.known_epoch
-        };
-        std::mem::take(&mut self.grantor.grant_log)
+        }
+    }
+
+    /// Takes the local grants made from node grants since the last call, in order, with the
+    /// highest epoch (or term) this member knew of at each (simulator token checker).
+    #[cfg(feature = "sim")]
+    pub fn take_cached_grant_log(&mut self) -> Vec<(CachedGrant, u64)> {
+        let known = self.known_for_tokens();
+        std::mem::take(&mut self.cache.grant_log)
             .into_iter()
-            .map(|(name, token)| (name, token, known))
+            .map(|grant| (grant, known))
             .collect()
     }
 
@@ -1874,6 +1912,13 @@ impl LockService {
             return;
         }
         self.grantor.lazy_acks.flush(now, &mut self.outbox);
+    }
+
+    /// Under `Available`: this member grants, and its fencing tokens ran out for the epoch of
+    /// the view it reconciled. It grants nothing until a view with a higher epoch, which the
+    /// endpoint then asks the membership layer for ([`crate::gms::Gms::renew_view`]).
+    pub fn needs_new_view(&self) -> bool {
+        !self.config.policy.is_majority() && self.grantor.exhausted()
     }
 
     /// Whether this member handed the grantor role of its current view to another member.

@@ -86,12 +86,29 @@ pub(crate) fn is_node_grant(holder: &Holder) -> bool {
     holder.owner.local == NODE_OWNER
 }
 
-/// The last token a hold may have handed out: its own, or the end of a node grant's block.
+/// The last token a hold may have handed out: its own, or the end of a node grant's block
+/// (never past the end of its term: a block is made only where it fits).
 fn block_end(holder: &Holder) -> FencingToken {
     if is_node_grant(holder) {
-        FencingToken(holder.token.0.saturating_add(NODE_GRANT_TOKENS - 1))
+        let end_of_term = holder.token.0 | u64::from(u32::MAX);
+        FencingToken(
+            holder
+                .token
+                .0
+                .saturating_add(NODE_GRANT_TOKENS - 1)
+                .min(end_of_term),
+        )
     } else {
         holder.token
+    }
+}
+
+/// How many tokens a grant to `owner` takes: a node grant its whole block.
+fn tokens_taken(owner: &OwnerId) -> u64 {
+    if owner.local == NODE_OWNER {
+        NODE_GRANT_TOKENS
+    } else {
+        1
     }
 }
 
@@ -110,15 +127,39 @@ impl LockTable {
         self.last_token = self.last_token.max(token);
     }
 
-    /// A token above every token issued or observed, and at least `epoch.0`.
-    pub(crate) fn next_token(&mut self, epoch: u64) -> FencingToken {
+    /// The token the next grant at `epoch` would have, taking `count` tokens from it (a node
+    /// grant's block), if they all fit in that token's term: above every token issued or
+    /// observed, at least `epoch.0`, and never carried into the next term by the counter
+    /// (`term << 32 | counter`; a token of term + 1 would be at or above what that term's
+    /// grantor issues).
+    fn peek_token(&self, epoch: u64, count: u64) -> Option<FencingToken> {
+        let first = FencingToken::new(epoch, 0);
+        let next = if self.last_token < first {
+            first
+        } else {
+            FencingToken(self.last_token.0.checked_add(1)?)
+        };
+        let carried = self.last_token >= first && next.epoch() != self.last_token.epoch();
+        let fits = u64::from(next.counter()) + count - 1 <= u64::from(u32::MAX);
+        (!carried && fits).then_some(next)
+    }
+
+    /// Whether the counter of the current term (`epoch`, or a higher one observed) is used
+    /// up: a node grant's block no longer fits in it. The grantor then grants nothing more in
+    /// this term (see `Grantor::exhausted`); the rest of the term goes unused.
+    pub(crate) fn exhausted(&self, epoch: u64) -> bool {
+        !self.reuse_tokens && self.peek_token(epoch, NODE_GRANT_TOKENS).is_none()
+    }
+
+    /// A token above every token issued or observed, and at least `epoch.0`, taking `count`
+    /// tokens; `None` if they do not fit in the term (nothing is taken then).
+    fn next_token(&mut self, epoch: u64, count: u64) -> Option<FencingToken> {
         if self.reuse_tokens && self.last_token.0 > 0 {
-            return self.last_token;
+            return Some(self.last_token);
         }
-        let next =
-            FencingToken(self.last_token.0.saturating_add(1)).max(FencingToken::new(epoch, 0));
+        let next = self.peek_token(epoch, count)?;
         self.last_token = next;
-        next
+        Some(next)
     }
 
     pub(crate) fn holder(
@@ -163,15 +204,16 @@ impl LockTable {
         })
     }
 
-    /// Records a grant at `now` and returns its token.
+    /// Records a grant at `now` and returns its token; `None` (nothing recorded) if its
+    /// tokens do not fit in the term (never while the term is not [`LockTable::exhausted`]).
     pub(crate) fn grant(
         &mut self,
         name: &LockName,
         waiter: Waiter,
         epoch: u64,
         now: Instant,
-    ) -> FencingToken {
-        let token = self.next_token(epoch);
+    ) -> Option<FencingToken> {
+        let token = self.next_token(epoch, tokens_taken(&waiter.owner))?;
         self.insert_holder(
             name,
             Holder {
@@ -182,7 +224,7 @@ impl LockTable {
                 lease_until: waiter.lease.map(|d| now + d),
             },
         );
-        token
+        Some(token)
     }
 
     /// Extends the lease of `member`'s hold `request` to at least `now + lease`; whether the
@@ -375,10 +417,20 @@ impl LockTable {
             if !(entry.compatible(head.mode) || over) {
                 break;
             }
+            let count = tokens_taken(&head.owner);
+            if self.peek_token(epoch, count).is_none() && !self.reuse_tokens {
+                // The term's tokens are used up: the waiters wait for the next term.
+                break;
+            }
+            let Some(entry) = self.locks.get_mut(name) else {
+                break;
+            };
             let Some(waiter) = entry.queue.pop_front() else {
                 break;
             };
-            let token = self.next_token(epoch);
+            let Some(token) = self.next_token(epoch, count) else {
+                break;
+            };
             let holder = Holder {
                 owner: waiter.owner,
                 mode: waiter.mode,
@@ -585,13 +637,71 @@ mod tests {
     #[test]
     fn tokens_increase_and_jump_to_the_epoch() {
         let mut t = LockTable::default();
-        let a = t.next_token(3);
-        let b = t.next_token(3);
-        assert_eq!(a, FencingToken::new(3, 0));
+        let a = t.next_token(3, 1);
+        let b = t.next_token(3, 1);
+        assert_eq!(a, Some(FencingToken::new(3, 0)));
         assert!(b > a);
         t.observe_token(FencingToken::new(9, 5));
-        assert_eq!(t.next_token(4), FencingToken::new(9, 6));
-        assert_eq!(t.next_token(12), FencingToken::new(12, 0));
+        assert_eq!(t.next_token(4, 1), Some(FencingToken::new(9, 6)));
+        assert_eq!(t.next_token(12, 1), Some(FencingToken::new(12, 0)));
+    }
+
+    fn node_waiter(member: u8, req: u64) -> Waiter {
+        Waiter {
+            owner: OwnerId {
+                local: NODE_OWNER,
+                ..owner(member, 0)
+            },
+            ..waiter(member, req, LockMode::Exclusive)
+        }
+    }
+
+    /// A term's counter never carries into the next term: neither a grant nor a node grant's
+    /// block crosses it, and the term is used up once a block no longer fits.
+    #[test]
+    fn no_token_crosses_its_term() {
+        let mut t = LockTable::default();
+        let now = Instant::ZERO;
+        t.observe_token(FencingToken::new(3, u32::MAX - 2));
+        assert!(t.exhausted(3), "a node grant's block no longer fits");
+        // A node grant's block would cross: not made, nothing taken.
+        assert_eq!(t.grant(&name(), node_waiter(1, 1), 3, now), None);
+        assert_eq!(t.last_token(), FencingToken::new(3, u32::MAX - 2));
+        // Plain grants use up the term to its last token, never one of term 4.
+        let a = t.grant(&name(), waiter(1, 2, LockMode::Shared), 3, now);
+        let b = t.grant(&name(), waiter(2, 3, LockMode::Shared), 3, now);
+        assert_eq!(a, Some(FencingToken::new(3, u32::MAX - 1)));
+        assert_eq!(b, Some(FencingToken::new(3, u32::MAX)));
+        assert_eq!(
+            t.grant(&name(), waiter(3, 4, LockMode::Shared), 3, now),
+            None
+        );
+        // Waiters are not promoted into the next term either.
+        let other = LockName::new("o").unwrap();
+        t.grant(&other, waiter(1, 5, LockMode::Exclusive), 3, now);
+        t.enqueue(&other, waiter(2, 6, LockMode::Exclusive));
+        t.release(&other, &owner(1, 1).member, RequestId(5));
+        assert!(t.promote(&other, now, 3, live).is_empty());
+        assert!(t.holders().all(|(_, h)| h.token.epoch() == 3));
+        // A reported node grant near the end reserves its block up to the term's end only.
+        let mut r = LockTable::default();
+        r.insert_holder(
+            &name(),
+            Holder {
+                owner: node_waiter(1, 1).owner,
+                mode: LockMode::Exclusive,
+                token: FencingToken::new(5, u32::MAX - 10),
+                request: RequestId(1),
+                lease_until: None,
+            },
+        );
+        assert_eq!(r.last_token(), FencingToken::new(5, u32::MAX));
+        // The next term starts afresh.
+        assert!(!t.exhausted(4));
+        assert_eq!(
+            t.grant(&name(), node_waiter(4, 7), 4, now),
+            Some(FencingToken::new(4, 0))
+        );
     }
 
     #[test]

@@ -916,6 +916,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
 /// Bounded exhaustive exploration of fault schedules (a child module: it uses the harness).
 mod explore;
 mod leases;
+mod tokens;
 
 // ---- adversarial review ----
 

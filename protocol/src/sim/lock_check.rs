@@ -19,11 +19,71 @@
 
 use std::collections::BTreeSet;
 
-use conclave_lock_api::{LockMode, MemberId, RequestId, ServiceName};
+use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, RequestId, ServiceName, View};
 
 use super::{Simulation, SlotState, Violation};
 use crate::endpoint::Endpoint;
-use crate::locking::{HoldStatus, LockNotice, LockService};
+use crate::locking::{CachedGrant, HoldStatus, LockNotice, LockService};
+
+/// The last grant of a token key (see [`Simulation::check_tokens`]).
+#[derive(Debug)]
+pub(super) struct LastToken {
+    /// The highest token granted (the last, save for readers of delegations side by side).
+    token: FencingToken,
+    /// The last token of an exclusive grant.
+    exclusive: FencingToken,
+    /// The grantor's incarnation.
+    grantor: u128,
+    /// Node starts so far at that grant.
+    starts: u64,
+}
+
+/// A grant in the token log.
+struct Grant {
+    name: LockName,
+    token: FencingToken,
+    mode: LockMode,
+    /// The highest epoch (or term) the granting member knew of.
+    known_epoch: u64,
+    /// The incarnation of the grantor (of the node grant, for a local grant from one).
+    grantor: u128,
+    /// A local grant from a node grant: the node grant's grantor.
+    cached_from: Option<MemberId>,
+    /// The epoch of the member's view when the node grant arrived (local grants only).
+    granted_in: u64,
+}
+
+impl Grant {
+    fn plain(
+        name: LockName,
+        token: FencingToken,
+        known_epoch: u64,
+        mode: LockMode,
+        grantor: u128,
+    ) -> Self {
+        Self {
+            name,
+            token,
+            mode,
+            known_epoch,
+            grantor,
+            cached_from: None,
+            granted_in: 0,
+        }
+    }
+
+    fn cached(grant: CachedGrant, known_epoch: u64) -> Self {
+        Self {
+            name: grant.name,
+            token: grant.token,
+            mode: grant.mode,
+            known_epoch,
+            grantor: grant.granted_by.incarnation(),
+            cached_from: Some(grant.granted_by),
+            granted_in: grant.granted_in,
+        }
+    }
+}
 
 /// Every lock service of a member: the default one (`None`), then the named ones. Each is an
 /// independent namespace with its own grantor, so every checker judges each on its own.
@@ -177,48 +237,122 @@ impl Simulation {
                 continue;
             };
             let grantor = endpoint.local().incarnation();
-            let mut log: Vec<_> = endpoint
-                .locks_mut()
-                .take_grant_log()
-                .into_iter()
-                .map(|grant| (None, grant))
-                .collect();
+            let view = endpoint.view().cloned();
+            // Per service, the grantor's grants and the local grants from node grants in the
+            // order made: a local grant follows the grantor's grant it counted (`after`).
+            let mut log: Vec<(Option<ServiceName>, Grant)> = Vec::new();
+            let mut take = |service: Option<ServiceName>, locks: &mut LockService| {
+                let mut ordered: Vec<((u64, bool), Grant)> = Vec::new();
+                for (seq, name, token, known, mode) in locks.take_grant_log() {
+                    let grant = Grant::plain(name, token, known, mode, grantor);
+                    ordered.push(((seq, false), grant));
+                }
+                for (cached, known) in locks.take_cached_grant_log() {
+                    ordered.push(((cached.after, true), Grant::cached(cached, known)));
+                }
+                ordered.sort_by_key(|(order, _)| *order);
+                log.extend(ordered.into_iter().map(|(_, g)| (service.clone(), g)));
+            };
+            take(None, endpoint.locks_mut());
             let names: Vec<ServiceName> = endpoint.services().map(|(n, _)| n.clone()).collect();
             for service in names {
                 if let Some(locks) = endpoint.service_mut(&service) {
-                    let grants = locks.take_grant_log();
-                    log.extend(grants.into_iter().map(|g| (Some(service.clone()), g)));
+                    take(Some(service), locks);
                 }
             }
-            for (service, (name, token, known_epoch)) in log {
-                let key = (service, if majority { 0 } else { grantor }, name.clone());
-                if let Some((last, last_grantor, starts)) = self.last_tokens.get(&key) {
-                    let last = *last;
-                    // Amnesia: the grantor never heard of the previous token's epoch (or term);
-                    // or, under `Majority`, another grantor's term of the same or a lower
-                    // number, begun after a node restarted (a member in both majorities forgot
-                    // the higher term it had supported: see docs/protocol.md, "Tokens").
-                    // With durable terms, nothing is excused under `Majority`.
-                    let durable = majority && self.config.durable_terms;
-                    let forgot = !durable
-                        && (known_epoch < last.epoch()
-                            || (majority
-                                && *last_grantor != grantor
-                                && self.report.starts > *starts));
-                    if token <= last && forgot {
-                        self.report.token_amnesia += 1;
-                    } else if token <= last {
-                        return Err(self.violation(
-                            "fencing tokens strictly increase per lock in grant order",
-                            format!(
-                                "node {index} granted {name} with token {token} after token {last}"
-                            ),
-                        ));
+            for (service, grant) in log {
+                if let Some(by) = grant.cached_from.as_ref() {
+                    // Under `Available` a node grant's block is ordered with its grantor's
+                    // tokens only within one view and one grantor: while this member and the
+                    // node grant's grantor are still in the view it was granted in.
+                    if !majority && !self.in_grantors_view(view.as_ref(), by, grant.granted_in) {
+                        continue;
                     }
                 }
-                self.last_tokens
-                    .insert(key, (token, grantor, self.report.starts));
+                self.check_token(index, service, grant, majority)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Whether `by` (alive) and a member in `view` are in one view, of epoch `granted_in`.
+    fn in_grantors_view(&self, view: Option<&View>, by: &MemberId, granted_in: u64) -> bool {
+        let Some(view) = view.filter(|v| v.epoch() == granted_in && v.contains(by)) else {
+            return false;
+        };
+        self.slots.iter().any(|slot| {
+            slot.endpoint
+                .as_ref()
+                .is_some_and(|e| e.local() == by && e.view().is_some_and(|v| v.id() == view.id()))
+        })
+    }
+
+    /// One grant in the token log: its token must exceed the last token of its key (a local
+    /// grant from a read delegation: the last token of an exclusive grant, as other
+    /// delegations' readers hold blocks of their own beside it).
+    fn check_token(
+        &mut self,
+        index: usize,
+        service: Option<ServiceName>,
+        grant: Grant,
+        majority: bool,
+    ) -> Result<(), Violation> {
+        let key = (
+            service,
+            if majority { 0 } else { grant.grantor },
+            grant.name.clone(),
+        );
+        let delegated = grant.cached_from.is_some() && grant.mode == LockMode::Shared;
+        let token = grant.token;
+        if let Some(last) = self.last_tokens.get(&key) {
+            let bar = if delegated {
+                last.exclusive
+            } else {
+                last.token
+            };
+            // Amnesia: the grantor never heard of the previous token's epoch (or term); or,
+            // under `Majority`, another grantor's term of the same or a lower number, begun
+            // after a node restarted (a member in both majorities forgot the higher term it
+            // had supported: see docs/protocol.md, "Tokens"). With durable terms, nothing is
+            // excused under `Majority`.
+            let durable = majority && self.config.durable_terms;
+            let forgot = !durable
+                && (grant.known_epoch < bar.epoch()
+                    || (majority
+                        && last.grantor != grant.grantor
+                        && self.report.starts > last.starts));
+            if token <= bar && forgot {
+                self.report.token_amnesia += 1;
+            } else if token <= bar {
+                let what = match (&grant.cached_from, delegated) {
+                    (None, _) => "granted",
+                    (Some(_), false) => "granted from a node grant",
+                    (Some(_), true) => "granted from a read delegation",
+                };
+                return Err(self.violation(
+                    "fencing tokens strictly increase per lock in grant order",
+                    format!(
+                        "node {index} {what} {} with token {token} after token {bar}",
+                        grant.name
+                    ),
+                ));
+            }
+        }
+        let starts = self.report.starts;
+        let entry = self.last_tokens.entry(key).or_insert(LastToken {
+            token,
+            exclusive: FencingToken::default(),
+            grantor: grant.grantor,
+            starts,
+        });
+        // Readers of delegations hold blocks side by side: the highest token so far stays.
+        if !delegated || token > entry.token {
+            entry.token = token;
+            entry.grantor = grant.grantor;
+            entry.starts = starts;
+        }
+        if grant.mode == LockMode::Exclusive || token < entry.exclusive {
+            entry.exclusive = token;
         }
         Ok(())
     }

@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use conclave_lock_api::{FencingToken, LockName, MemberId, RequestId};
+use conclave_lock_api::{LockName, MemberId, RequestId};
 
 use crate::endpoint::{Destination, Endpoint, EndpointConfig, EndpointEvent};
 use crate::gms::{MembershipState, Sabotage};
@@ -109,6 +109,14 @@ pub struct SimConfig {
     /// ([`crate::Endpoint::poll_durable_term`]); with it, `Majority` fencing tokens never go
     /// back (no amnesia is excused), without it a restart may make them.
     pub durable_terms: bool,
+    /// A late driver (the driving contract allows late timers): during the chaos phase, each
+    /// time a node's timers are due, with probability `late_timer_share`, its driver runs
+    /// nothing for up to this long (timers wait, datagrams wait in its buffer) while its lock
+    /// users keep calling in; then it reads the buffer and runs its timers. `None` (the
+    /// default): timers run when due.
+    pub late_timers: Option<Duration>,
+    /// See `late_timers`. Default 0.002.
+    pub late_timer_share: f64,
 }
 
 impl Default for SimConfig {
@@ -132,6 +140,8 @@ impl Default for SimConfig {
             harsh: None,
             one_way: 0.0,
             durable_terms: true,
+            late_timers: None,
+            late_timer_share: 0.002,
         }
     }
 }
@@ -284,6 +294,8 @@ struct Slot {
     minority_since: Option<Instant>,
     /// When (on this node's clock) it last ran its due timers.
     timers_ran: Option<Instant>,
+    /// Its due timers wait until then (`SimConfig::late_timers`).
+    timers_late_until: Option<Instant>,
     /// The node's disk: the highest term it wrote (survives restarts).
     disk_term: u64,
     actors: Vec<Actor>,
@@ -324,7 +336,7 @@ struct Simulation {
     /// Last fencing token granted per (lock service, grantor incarnation or 0 for
     /// cluster-wide, lock), with the granting incarnation and the number of node starts at
     /// that grant.
-    last_tokens: BTreeMap<TokenKey, (FencingToken, u128, u64)>,
+    last_tokens: BTreeMap<TokenKey, lock_check::LastToken>,
     /// Print every event (`CONCLAVE_SIM_TRACE=1`), for replaying a failing seed.
     trace: bool,
     /// Print every datagram delivered too (`CONCLAVE_SIM_TRACE=datagrams`).
@@ -346,6 +358,7 @@ impl Simulation {
                 last_view_len: 0,
                 minority_since: None,
                 timers_ran: None,
+                timers_late_until: None,
                 disk_term: 0,
                 actors: Vec::new(),
                 next_owner: 1,
@@ -455,7 +468,9 @@ impl Simulation {
                 (SlotState::Down { restart_at }, _) => next = next.min(*restart_at),
                 (_, Some(endpoint)) => {
                     if let Some(t) = endpoint.poll_timeout() {
-                        next = next.min(slot.clock.global(t));
+                        let late = slot.timers_late_until.filter(|_| !self.calm);
+                        let t = slot.clock.global(t);
+                        next = next.min(late.map_or(t, |late| t.max(late)));
                     }
                 }
                 _ => {}
@@ -668,7 +683,11 @@ impl Simulation {
     }
 
     fn deliver(&mut self, to: usize, bytes: &[u8]) {
-        if self.slots[to].stalled_until.is_some() && self.slots[to].endpoint.is_some() {
+        let late = self.slots[to]
+            .timers_late_until
+            .is_some_and(|t| t > self.now)
+            && !self.calm;
+        if (self.slots[to].stalled_until.is_some() || late) && self.slots[to].endpoint.is_some() {
             self.slots[to].buffer.push(bytes.to_vec());
             return;
         }
@@ -722,7 +741,8 @@ impl Simulation {
                     }
                 }
                 SlotState::Up => {
-                    if let Some(endpoint) = self.slots[index].endpoint.as_mut() {
+                    let late = self.timers_late(index, local);
+                    if let Some(endpoint) = self.slots[index].endpoint.as_mut().filter(|_| !late) {
                         if endpoint.poll_timeout().is_some_and(|t| t <= local) {
                             endpoint.handle_timeout(local);
                             self.slots[index].timers_ran = Some(local);
@@ -732,6 +752,47 @@ impl Simulation {
                 }
                 SlotState::Down { .. } => {}
             }
+        }
+    }
+
+    /// Whether node `index`'s due timers wait (`SimConfig::late_timers`, chaos phase only).
+    fn timers_late(&mut self, index: usize, local: Instant) -> bool {
+        let Some(max) = self.config.late_timers.filter(|_| !self.calm) else {
+            if self.slots[index].timers_late_until.take().is_some() {
+                for bytes in std::mem::take(&mut self.slots[index].buffer) {
+                    self.deliver(index, &bytes);
+                }
+            }
+            return false;
+        };
+        let due = self.slots[index]
+            .endpoint
+            .as_ref()
+            .and_then(Endpoint::poll_timeout)
+            .is_some_and(|t| t <= local);
+        if !due {
+            return false;
+        }
+        match self.slots[index].timers_late_until {
+            Some(until) if until > self.now => true,
+            Some(_) => {
+                // The driver catches up: what arrived meanwhile first, then the timers.
+                self.slots[index].timers_late_until = None;
+                for bytes in std::mem::take(&mut self.slots[index].buffer) {
+                    self.deliver(index, &bytes);
+                }
+                false
+            }
+            None if self.rng.unit() < self.config.late_timer_share => {
+                let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(2);
+                let delay = Duration::from_nanos(self.rng.between(1, max));
+                self.slots[index].timers_late_until = Some(self.now + delay);
+                // Like a pause: no crash around it counts as isolated.
+                self.fault_times.push(self.now);
+                self.fault_times.push(self.now + delay);
+                true
+            }
+            None => false,
         }
     }
 

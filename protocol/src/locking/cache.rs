@@ -155,9 +155,8 @@ pub(crate) struct NodeCache {
     pub(crate) stats: CacheStats,
     /// Sabotage: keep serving local requests from a node grant after returning it.
     pub(crate) serve_after_return: bool,
-    /// Sabotage: serve local requests from a node grant whose lease ran out, if the lease
-    /// timers have not run yet.
-    pub(crate) ignore_lease: bool,
+    /// Sabotage: every local grant from a node grant carries the block's first token.
+    pub(crate) repeat_token: bool,
     /// Local grants made from node grants since the simulator last took them.
     #[cfg(feature = "sim")]
     pub(crate) grant_log: Vec<CachedGrant>,
@@ -274,9 +273,6 @@ impl LockService {
     /// or not the driver has run them yet (the driving contract allows late timers). Such a
     /// node grant hands out no token: a grantor may already have granted the lock again.
     fn cache_lapsed(&self, now: Instant, name: &LockName) -> bool {
-        if self.cache.ignore_lease {
-            return false;
-        }
         let Some(entry) = self.cache.entries.get(name) else {
             return false;
         };
@@ -308,7 +304,11 @@ impl LockService {
         let Some((base, used)) = &mut entry.block else {
             return;
         };
-        let token = FencingToken(base.0.saturating_add(*used));
+        let token = if self.cache.repeat_token {
+            *base
+        } else {
+            FencingToken(base.0.saturating_add(*used))
+        };
         *used += 1;
         if *used >= NODE_GRANT_TOKENS {
             // The block is used up: return the grant after this hold, and ask again.

@@ -308,9 +308,9 @@ pub struct LockSabotage {
     pub keep_waits_in_minority: bool,
     /// Node caching: keep granting local requests from a node grant after returning it.
     pub cache_after_return: bool,
-    /// Node caching: grant local requests from a node grant whose lease ran out while the
-    /// lease timers have not run yet (late timers).
-    pub cache_ignore_lease: bool,
+    /// Node caching: every local grant from a node grant carries the block's first token (the
+    /// token checker catches it only if it sees local grants).
+    pub cache_repeat_token: bool,
     /// Read delegations: grant a writer over read delegations without revoking them first.
     pub grant_over_delegations: bool,
     /// Leases per acquisition: the holder counts its lease, whole, from when the grant
@@ -517,7 +517,7 @@ impl LockService {
         self.support.promise_anyone = sabotage.promise_anyone;
         self.keep_waits_in_minority = sabotage.keep_waits_in_minority;
         self.cache.serve_after_return = sabotage.cache_after_return;
-        self.cache.ignore_lease = sabotage.cache_ignore_lease;
+        self.cache.repeat_token = sabotage.cache_repeat_token;
         self.sabotage_service_without_term = sabotage.service_without_term;
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
         self.client.lease_from_receipt = sabotage.lease_from_receipt;

@@ -1025,17 +1025,21 @@ impl Gms {
 
     /// The epoch of a view of `members` that admits nobody (a takeover, or a change that only
     /// removes members): above this member's view and the views its members were heard in,
-    /// but not above every epoch heard anywhere. Epochs then advance with the membership of
-    /// the view's own side only: a member cut off alone does not climb above the side that
-    /// kept the cluster through the epochs that side's heartbeats spread.
+    /// but not above every epoch heard anywhere, so epochs advance with the membership of the
+    /// view's own side only. The step is 2 when the new view keeps a strict majority of this
+    /// member's current view, 1 otherwise: when a view splits, the side that kept most of it
+    /// numbers its views above the others', and under `Available` (whose fencing tokens carry
+    /// the epoch) a fenced resource follows that side, not a member cut off alone.
     fn next_epoch_within(&self, members: &[MemberId]) -> u64 {
-        members
+        let base = members
             .iter()
             .filter_map(|m| self.member_epochs.get(m).copied())
             .chain(self.view.as_ref().map(View::epoch))
             .max()
-            .unwrap_or(0)
-            .saturating_add(1)
+            .unwrap_or(0);
+        let current = self.view.as_ref().map_or(0, View::len);
+        let step = if 2 * members.len() > current { 2 } else { 1 };
+        base.saturating_add(step)
     }
 
     /// A pseudo-random duration in `[0, max)` (xorshift; determinism comes from the seed).

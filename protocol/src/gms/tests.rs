@@ -697,9 +697,9 @@ fn a_delta_without_its_base_is_answered_with_the_full_view() {
 }
 
 /// Issue 30, finding 6: a member cut off one way, again and again (each direction in turn),
-/// must not race ahead of the four members that stay together: its views' epochs (the high half
-/// of its fencing tokens under `Available`) stay within one of theirs, cut after cut, and a
-/// resource fenced by tokens does not end up following the lone member for good.
+/// must not race ahead of the four members that stay together: in every cut its views' epochs
+/// (the high half of its fencing tokens under `Available`) stay below theirs, so a resource
+/// fenced by tokens follows the four. (Before: 28 to 30 epochs ahead after each cut.)
 #[test]
 fn a_member_cut_off_one_way_again_and_again_does_not_race_ahead() {
     for lone in [0usize, 4] {
@@ -733,8 +733,8 @@ fn a_member_cut_off_one_way_again_and_again_does_not_race_ahead() {
         }
         println!("lone member {lone}: lead over the four per cut {lead:?}");
         assert!(
-            lead.iter().all(|l| *l <= 1),
-            "lone member {lone} ran ahead of the four: {lead:?}"
+            lead.iter().all(|l| *l < 0),
+            "lone member {lone} not behind the four: {lead:?}"
         );
     }
 }

@@ -198,17 +198,8 @@ fn assert_harsh(name: &str, total: &Report) {
         h.max_loss_permille >= 250,
         "{name}: loss never reached 25%: {h:?}"
     );
-    let rho_ppm = (knobs.clock_drift * 1e6).round() as u64;
-    assert!(
-        h.max_drift_ppm >= rho_ppm / 2,
-        "{name}: no clock drift: {h:?}"
-    );
-    if rho_ppm > 0 {
-        assert!(
-            (knobs.pinned_clocks == 0.0 || h.pinned_clocks > 0)
-                && (knobs.flipping_clocks == 0.0 || h.flipping_clocks > 0),
-            "{name}: no clock pinned at the bound or flipping: {h:?}"
-        );
+    if let Some(missing) = h.missing_clock_faults(&knobs) {
+        panic!("{name}: {missing}: {h:?}");
     }
     assert!(
         total.network.reordered > 0 && total.network.duplicated > 0,

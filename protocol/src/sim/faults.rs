@@ -176,6 +176,18 @@ pub struct FaultStats {
 }
 
 impl FaultStats {
+    /// Why a harsh band with these counters did not exercise the clock faults `knobs` ask for
+    /// (drift near ρ, clocks pinned at the bound, clocks flipping), or `None` if it did.
+    pub fn missing_clock_faults(&self, knobs: &HarshFaults) -> Option<&'static str> {
+        let rho_ppm = (knobs.clock_drift * 1e6).round() as u64;
+        if self.max_drift_ppm < rho_ppm / 2 {
+            return Some("no clock drift");
+        }
+        let pinned = knobs.pinned_clocks == 0.0 || self.pinned_clocks > 0;
+        let flipping = knobs.flipping_clocks == 0.0 || self.flipping_clocks > 0;
+        (rho_ppm > 0 && !(pinned && flipping)).then_some("no clock pinned at the bound or flipping")
+    }
+
     pub(crate) fn accumulate(&mut self, o: &FaultStats) {
         self.link_cuts += o.link_cuts;
         self.one_way_cuts += o.one_way_cuts;

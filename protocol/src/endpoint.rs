@@ -785,8 +785,12 @@ impl Endpoint {
             let mut progressed = false;
             // Under `Available` a grantor whose tokens ran out for its epoch grants again only
             // in a view with a higher one: as coordinator, install the same members again.
-            if self.locks.needs_new_view() || self.services.values().any(|s| s.needs_new_view()) {
-                self.gms.renew_view(now);
+            let wanted = std::iter::once(self.locks.needs_new_view())
+                .chain(self.services.values().map(LockService::needs_new_view))
+                .flatten()
+                .max();
+            if let Some(at_least) = wanted {
+                self.gms.renew_view(now, at_least);
             }
             let max_epoch = self.gms.max_epoch_seen();
             self.locks.observe_epoch(now, max_epoch);

@@ -110,6 +110,9 @@ pub struct Gms {
     /// a view that only removes members exceeds those of its members, not every epoch heard
     /// (so a member cut off alone does not climb above the side that kept the cluster).
     member_epochs: BTreeMap<MemberId, u64>,
+    /// The coordinator (incarnation) each member of the view last named in a heartbeat: a
+    /// member that follows another coordinator is in another lineage of views.
+    member_lineage: BTreeMap<MemberId, u128>,
     /// When each member of the current view was last heard from.
     last_heard: BTreeMap<MemberId, Instant>,
     /// Members whose heartbeats show that they follow another coordinator than ours (another
@@ -154,6 +157,7 @@ impl Gms {
             view: None,
             max_epoch_seen: 0,
             member_epochs: BTreeMap::new(),
+            member_lineage: BTreeMap::new(),
             last_heard: BTreeMap::new(),
             stray_since: BTreeMap::new(),
             next_heartbeat: None,
@@ -329,6 +333,7 @@ impl Gms {
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
         let known = self.member_epochs.entry(from.clone()).or_insert(0);
         *known = (*known).max(view_epoch);
+        self.member_lineage.insert(from.clone(), coordinator);
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
         let ignore = self.ignore_lineage();
@@ -797,7 +802,20 @@ impl Gms {
         self.stats.joins_accepted += joiners.len() as u64;
         self.stats.leaves_accepted += leavers.len() as u64;
         self.stats.members_excluded += suspects.len() as u64;
-        self.install(now, next.clone(), ViewOrigin::Changed);
+        // A member last heard following another coordinator comes back from another lineage
+        // of views, where it may hold locks this coordinator's table never had: the view
+        // merges it (the lock layer reconciles), whatever its epoch let it accept.
+        let ours = self.local.incarnation();
+        let foreign = next
+            .members()
+            .iter()
+            .any(|m| *m != self.local && self.member_lineage.get(m).is_some_and(|c| *c != ours));
+        let origin = if foreign {
+            ViewOrigin::Merged
+        } else {
+            ViewOrigin::Changed
+        };
+        self.install(now, next.clone(), origin);
         self.send_view_to_members(&next, Some(&view));
         for leaver in leavers {
             self.outputs.push_back(GmsOutput::Send {
@@ -942,18 +960,18 @@ impl Gms {
         }
     }
 
-    /// As coordinator: installs the same members again under a higher epoch. The lock layer
-    /// asks for it under `Available` when a grantor's fencing tokens ran out for its view's
-    /// epoch (a token never carries the next epoch: only a new view lets it grant again).
-    /// Does nothing at a member that does not coordinate.
-    pub fn renew_view(&mut self, now: Instant) {
+    /// As coordinator: installs the same members again under a higher epoch, at least
+    /// `at_least`. The lock layer asks for it under `Available` when a grantor's fencing tokens
+    /// ran out for their epoch (a token never carries the next epoch: only a new view lets it
+    /// grant again). Does nothing at a member that does not coordinate.
+    pub fn renew_view(&mut self, now: Instant, at_least: u64) {
         if !matches!(self.phase, Phase::Member) || !self.is_coordinator() {
             return;
         }
         let Some(view) = self.view.clone() else {
             return;
         };
-        let epoch = self.next_epoch_within(view.members());
+        let epoch = self.next_epoch_within(view.members()).max(at_least);
         let Ok(next) = View::new(epoch, view.members().to_vec()) else {
             return;
         };
@@ -1003,6 +1021,7 @@ impl Gms {
         }
         let members = self.view.as_ref().map(View::members).unwrap_or_default();
         self.member_epochs.retain(|m, _| members.contains(m));
+        self.member_lineage.retain(|m, _| members.contains(m));
         debug!(member = %self.local, view = %view, ?origin, "view installed");
         self.events
             .push_back(GmsEvent::ViewInstalled { view, origin });

@@ -750,13 +750,67 @@ fn a_renewed_view_has_the_same_members_and_a_higher_epoch() {
     net.assert_one_view_of(&[0, 1, 2]);
     let before = net.view(0).expect("a view").clone();
     let now = net.now;
-    net.nodes[1].as_mut().unwrap().renew_view(now);
+    net.nodes[1].as_mut().unwrap().renew_view(now, 0);
     net.flush();
     assert_eq!(net.view(1), Some(&before), "only the coordinator renews");
-    net.nodes[0].as_mut().unwrap().renew_view(now);
+    net.nodes[0].as_mut().unwrap().renew_view(now, 0);
     net.flush();
     net.assert_one_view_of(&[0, 1, 2]);
     let after = net.view(0).expect("a view");
     assert!(after.epoch() > before.epoch(), "{after} after {before}");
     assert_eq!(after.members(), before.members());
+}
+
+/// Found by review (issue 30): a member last heard following another coordinator, kept in a
+/// view that only removes someone else, comes back from another lineage of views, where it may
+/// hold locks; the coordinator installs that view as a merge (so the lock layer reconciles).
+/// A member that follows this coordinator leaves it a plain change.
+#[test]
+fn a_view_that_keeps_a_member_of_another_lineage_is_a_merge() {
+    for (lineage, expected) in [(4u8, ViewOrigin::Merged), (1, ViewOrigin::Changed)] {
+        let config = GmsConfig::local();
+        let mut now = Instant::ZERO;
+        let mut c = Gms::new(member(1), config.clone());
+        c.join(now);
+        while c.view().is_none() {
+            now = c.poll_timeout().expect("a joining member has timers");
+            c.handle_timeout(now);
+        }
+        let founded = c.view().expect("founded").epoch();
+        let view = View::new(founded + 1, vec![member(1), member(2), member(3)]).unwrap();
+        // Admit 2 and 3 as joiners would be: install the view as coordinator.
+        c.handle_message(now, &member(2), GmsMessage::JoinRequest);
+        c.handle_message(now, &member(3), GmsMessage::JoinRequest);
+        let deadline = now + config.suspect_timeout;
+        while c.view().is_none_or(|v| v.len() < 3) && now < deadline {
+            now = c.poll_timeout().expect("timers");
+            c.handle_timeout(now);
+        }
+        assert_eq!(c.view().map(View::len), Some(3), "{view}");
+        let _ = events(&mut c);
+        // Member 3 heartbeats, following `lineage`; member 2 is silent and gets excluded.
+        let installed = loop {
+            now += config.heartbeat_interval;
+            let epoch = c.view().unwrap().epoch();
+            c.handle_heartbeat(
+                now,
+                &member(3),
+                epoch + 5,
+                epoch + 5,
+                member(lineage).incarnation(),
+            );
+            c.handle_timeout(now);
+            while c.poll_output().is_some() {}
+            let installed = events(&mut c).into_iter().find_map(|e| match e {
+                GmsEvent::ViewInstalled { view, origin } => Some((view, origin)),
+                _ => None,
+            });
+            if let Some(found) = installed {
+                break found;
+            }
+            assert!(now < deadline + config.suspect_timeout * 4, "no view");
+        };
+        assert_eq!(installed.0.members(), [member(1), member(3)]);
+        assert_eq!(installed.1, expected, "member 3 follows m{lineage}");
+    }
 }

@@ -364,8 +364,15 @@ impl Grantor {
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
     pub(crate) fn view_changed(&mut self, ctx: &Ctx<'_>, out: &mut Outbox) {
-        // Tokens keep the epoch of the reconciled view: only that epoch is known to have been
-        // installed by the members that reported (a majority, under `Majority`).
+        // Under `Majority` tokens keep the term. Under `Available` they follow the view: a
+        // grantor that stays grantor moves its tokens' high half up to the new view's epoch
+        // (its counter keeps them increasing), so they rank with the epochs views are numbered
+        // by. Otherwise the side that kept the coordinator, which reconciles nothing when a
+        // member is cut off, would grant below the cut-off member's takeover view (issue 30,
+        // finding 6, found by review).
+        if ctx.term.is_none() {
+            self.epoch = self.epoch.max(ctx.view.epoch());
+        }
         if self.is_reconciling() {
             // Reports certify the view they answer; start over for the new one (members
             // answer only the request of the view they are in).

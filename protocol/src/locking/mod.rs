@@ -38,6 +38,7 @@ mod lazy_ack;
 mod lease;
 mod table;
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -378,8 +379,10 @@ pub struct LockService {
     /// The turn, in this view, of the grantor this member follows or waits for (0: the
     /// coordinator's); announcements of earlier turns are stale.
     generation: u64,
-    /// A transfer announcement for a view not installed here yet: (view, turn, grantor).
-    early_transfer: Option<(ViewKey, u64, MemberId)>,
+    /// Transfer announcements for views not installed here yet, newest turn per view (at
+    /// most [`EARLY_TRANSFERS_MAX`]): one of another coordinator's view that shares members
+    /// must not displace the one of the view this member installs next.
+    early_transfers: Vec<(ViewKey, u64, MemberId)>,
     /// A named service: the default service's right to grant, lent to this one (`Majority`).
     borrowed: Option<Authority>,
     /// A named service: the borrowed term its grantor last started (reconciled) in.
@@ -427,7 +430,7 @@ impl LockService {
             transferred: None,
             pending_transfer: None,
             generation: 0,
-            early_transfer: None,
+            early_transfers: Vec::new(),
             borrowed: None,
             started_term: None,
             sabotage_service_without_term: false,
@@ -808,12 +811,18 @@ impl LockService {
                     epoch: *epoch,
                     coordinator: *coordinator,
                 };
-                let newer = self
-                    .early_transfer
-                    .as_ref()
-                    .is_none_or(|(k, g, _)| (key.epoch, *generation) > (k.epoch, *g));
-                if newer {
-                    self.early_transfer = Some((key, *generation, from.clone()));
+                match self.early_transfers.iter_mut().find(|(k, _, _)| *k == key) {
+                    Some(known) if known.1 >= *generation => {}
+                    Some(known) => *known = (key, *generation, from.clone()),
+                    None => {
+                        self.early_transfers.push((key, *generation, from.clone()));
+                        if self.early_transfers.len() > EARLY_TRANSFERS_MAX {
+                            // The lowest epoch is the least likely to be installed next.
+                            self.early_transfers
+                                .sort_by_key(|(k, _, _)| Reverse(k.epoch));
+                            self.early_transfers.truncate(EARLY_TRANSFERS_MAX);
+                        }
+                    }
                 }
                 return;
             }
@@ -1086,17 +1095,20 @@ impl LockService {
             self.term = None;
             self.started_term = None;
         }
-        if let Some((key, generation, grantor)) = self.early_transfer.take() {
-            if key == ViewKey::of(view) {
-                let announce = LockMessage::Transferred {
-                    epoch: key.epoch,
-                    coordinator: key.coordinator,
-                    generation,
-                };
-                self.on_transfer(now, &grantor, announce);
-            } else if key.epoch > view.epoch() {
-                self.early_transfer = Some((key, generation, grantor));
-            }
+        let this_view = ViewKey::of(view);
+        let early = std::mem::take(&mut self.early_transfers);
+        let (ours, later): (Vec<_>, Vec<_>) = early
+            .into_iter()
+            .filter(|(key, _, _)| *key == this_view || key.epoch > view.epoch())
+            .partition(|(key, _, _)| *key == this_view);
+        self.early_transfers = later;
+        for (key, generation, grantor) in ours {
+            let announce = LockMessage::Transferred {
+                epoch: key.epoch,
+                coordinator: key.coordinator,
+                generation,
+            };
+            self.on_transfer(now, &grantor, announce);
         }
         self.pump(now);
     }
@@ -1914,11 +1926,12 @@ impl LockService {
         self.grantor.lazy_acks.flush(now, &mut self.outbox);
     }
 
-    /// Under `Available`: this member grants, and its fencing tokens ran out for the epoch of
-    /// the view it reconciled. It grants nothing until a view with a higher epoch, which the
-    /// endpoint then asks the membership layer for ([`crate::gms::Gms::renew_view`]).
-    pub fn needs_new_view(&self) -> bool {
-        !self.config.policy.is_majority() && self.grantor.exhausted()
+    /// Under `Available`: this member grants, and its fencing tokens ran out for their epoch.
+    /// It grants nothing until a view with a higher epoch, at least the one returned, which
+    /// the endpoint then asks the membership layer for ([`crate::gms::Gms::renew_view`]).
+    pub fn needs_new_view(&self) -> Option<u64> {
+        (!self.config.policy.is_majority() && self.grantor.exhausted())
+            .then(|| self.grantor.table.last_token().epoch().saturating_add(1))
     }
 
     /// Whether this member handed the grantor role of its current view to another member.
@@ -1937,6 +1950,9 @@ impl LockService {
         self.client.grantor() == Some(member)
     }
 }
+
+/// How many transfer announcements of views not installed yet a member keeps.
+const EARLY_TRANSFERS_MAX: usize = 8;
 
 /// A view's id on the wire: its epoch and its coordinator's incarnation. A coordinator numbers
 /// its views increasingly, so the pair is unique across coordinators where an epoch alone is

@@ -917,6 +917,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
 mod explore;
 mod leases;
 mod tokens;
+mod views;
 
 // ---- adversarial review ----
 

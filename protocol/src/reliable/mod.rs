@@ -597,9 +597,11 @@ impl Reliable {
                 continue;
             }
             if known.is_newer_incarnation_than(from) {
+                // Dropped, not retired: should a host's clock have stepped back across a
+                // restart, `from` is the live successor, and it is heard again once the
+                // membership layer forgets the dead incarnation `known`.
                 debug!(old = %from, new = %known, "input from an older incarnation dropped");
                 self.stats.stale_dropped += 1;
-                self.retire(addr, from.incarnation());
                 return false;
             }
             older.push(known.clone());

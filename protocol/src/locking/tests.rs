@@ -915,6 +915,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
 
 /// Bounded exhaustive exploration of fault schedules (a child module: it uses the harness).
 mod explore;
+mod explore_available;
 mod leases;
 mod tokens;
 mod views;

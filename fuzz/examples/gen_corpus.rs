@@ -224,14 +224,14 @@ fn messages() -> Vec<(&'static str, Message)> {
             "transfer-request",
             lock(LockMessage::TransferRequest {
                 epoch: 3,
-                coordinator: 1,
+                coordinator: m(1).incarnation(),
             }),
         ),
         (
             "transferred",
             lock(LockMessage::Transferred {
                 epoch: 3,
-                coordinator: 1,
+                coordinator: m(1).incarnation(),
                 generation: 1,
             }),
         ),

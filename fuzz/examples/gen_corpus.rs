@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use conclave_fuzz::script::{self, Reader, Step, Writer};
 use conclave_fuzz::{wire_round_trip, CLUSTER};
 use conclave_lock_api::wire::{
-    self, Ack, ClusterId, Discovery, Frame, GmsMessage, HeldLock, LeaseBeat, LockMessage, Message,
-    Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder,
-    TableLock, TableWaiter,
+    self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
+    LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe, Segment,
+    StreamAck, TableHolder, TableLock, TableWaiter,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use conclave_tcp::fuzzing;
@@ -161,6 +161,10 @@ fn messages() -> Vec<(&'static str, Message)> {
                 stamp: 1,
                 cached: false,
                 lease_ms: Some(900),
+                view: Some(GrantView {
+                    epoch: 3,
+                    coordinator: m(1).incarnation(),
+                }),
             }),
         ),
         (
@@ -618,6 +622,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     stamp: 0,
                     cached: true,
                     lease_ms: None,
+                    view: None,
                 }),
                 None,
             )),

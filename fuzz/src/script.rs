@@ -22,9 +22,9 @@
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, Ack, Discovery, Frame, GmsMessage, HeldLock, LeaseBeat, LockMessage, Message, Packet,
-    Payload, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder, TableLock,
-    TableWaiter,
+    self, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat, LockMessage, Message,
+    Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder,
+    TableLock, TableWaiter,
 };
 use conclave_lock_api::{
     FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, ServiceName, View,
@@ -378,6 +378,10 @@ impl<'a> Reader<'a> {
                 stamp: self.num(),
                 cached: self.flag(),
                 lease_ms: self.option(Self::num),
+                view: self.option(|r| GrantView {
+                    epoch: r.num(),
+                    coordinator: r.incarnation(),
+                }),
             },
             11 => LockMessage::Queued {
                 request: self.request(),
@@ -832,6 +836,7 @@ impl Writer {
                 stamp,
                 cached,
                 lease_ms,
+                view,
             } => {
                 self.u8(10);
                 self.request(request);
@@ -840,6 +845,10 @@ impl Writer {
                 self.num(*stamp);
                 self.flag(*cached);
                 self.option(lease_ms.as_ref(), |w, v| w.num(*v));
+                self.option(view.as_ref(), |w, v| {
+                    w.num(v.epoch);
+                    w.incarnation(v.coordinator);
+                });
             }
             LockMessage::Revoke {
                 request,

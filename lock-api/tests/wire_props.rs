@@ -16,9 +16,9 @@ use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
 use conclave_lock_api::wire::{
-    self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, HeldLock,
-    LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
-    Segment, StreamAck, TableHolder, TableLock, TableWaiter, BUNDLED_SEGMENT_OVERHEAD_MAX,
+    self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, GrantView,
+    HeldLock, LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest,
+    Probe, Segment, StreamAck, TableHolder, TableLock, TableWaiter, BUNDLED_SEGMENT_OVERHEAD_MAX,
     HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
@@ -532,9 +532,10 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             arb_token(),
             arb_u64(),
             any::<bool>(),
-            prop::option::of(arb_u64())
+            prop::option::of(arb_u64()),
+            prop::option::of((arb_u64(), arb_u128()))
         )
-            .prop_map(|(request, name, token, stamp, cached, lease_ms)| {
+            .prop_map(|(request, name, token, stamp, cached, lease_ms, view)| {
                 LockMessage::Granted {
                     request,
                     name,
@@ -542,6 +543,7 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                     stamp,
                     cached,
                     lease_ms,
+                    view: view.map(|(epoch, coordinator)| GrantView { epoch, coordinator }),
                 }
             }),
         (arb_request_id(), arb_lock_name(), arb_token()).prop_map(|(request, name, token)| {
@@ -1627,6 +1629,7 @@ fn golden_granted_message() {
         stamp: 9,
         cached: false,
         lease_ms: None,
+        view: None,
     });
     let bytes = wire::encode_message(&message).expect("encodes");
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");

@@ -873,7 +873,9 @@ fn replay_config() -> SimConfig {
 /// and the protocol have changed since, so each is now a different run, kept as a regression
 /// seed of its configuration): grantor transfers under `Available` whose members followed
 /// another view's transferred grantor (9740974, 9741766; 9722220, 9722107, 9720015 with named
-/// services, quiet and dropped requests; 9720380, found the same way), a member admitted back as
+/// services, quiet and dropped requests; 9720380, found the same way; 6004172 and 6014384 of the
+/// long transfer run, a grant made in another view accepted by a member whose grantor had moved
+/// there, fixed by grants that name their view), a member admitted back as
 /// a joiner keeping holds the grantor never learned of (1200060, node cache), and tables that
 /// disagreed with beliefs once quiet (41585, 42849, 44509, 28574).
 #[test]
@@ -893,7 +895,10 @@ fn issue_30_replays_run_clean() {
         config
     };
     let runs: [(SimConfig, &[u64]); 4] = [
-        (with(harsh(), 0.2, 0.05, false), &[9740974, 9741766]),
+        (
+            with(harsh(), 0.2, 0.05, false),
+            &[9740974, 9741766, 6004172, 6014384],
+        ),
         (
             with(harsh(), 0.3, 0.05, true),
             &[9722220, 9722107, 9720015, 9720380],

@@ -311,6 +311,16 @@ pub const NODE_GRANT_TOKENS: u64 = 4096;
 /// the node, handed to its local owners without messages). Never a user's owner.
 pub const NODE_OWNER: u64 = u64::MAX;
 
+/// The view a grant was made in ([`LockMessage::Granted`]): a view id as it travels, the epoch
+/// and the coordinator's incarnation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GrantView {
+    /// The view's epoch.
+    pub epoch: u64,
+    /// The incarnation of the view's coordinator.
+    pub coordinator: u128,
+}
+
 /// Locking messages between clients and the grantor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockMessage {
@@ -419,6 +429,12 @@ pub enum LockMessage {
         /// holder counts it from the send time of `stamp`. Absent for a hold without a lease.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
+        /// The view the grant was made in: its epoch and its coordinator's incarnation. Under
+        /// `Available` a member accepts a grant only for the view it is in (a grantor that
+        /// moved to another lineage of views may grant there to a member it still serves
+        /// here). Absent from members that predate it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        view: Option<GrantView>,
     },
     /// Grantor → member: another owner asks for a lock this member holds as a node grant;
     /// return it as soon as no local owner holds it.

@@ -624,6 +624,31 @@ impl Client {
         notices: &mut VecDeque<LockNotice>,
     ) {
         let from_grantor = self.grantor.as_ref() == Some(from);
+        self.handle_from(now, from, from_grantor, message, out, notices);
+    }
+
+    /// Handles a grant made in another view than this member's, as one from a member that is
+    /// not its grantor, whoever sent it.
+    pub(crate) fn handle_foreign(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        message: LockMessage,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        self.handle_from(now, from, false, message, out, notices);
+    }
+
+    fn handle_from(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        from_grantor: bool,
+        message: LockMessage,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
         match message {
             LockMessage::Granted {
                 request,
@@ -632,6 +657,7 @@ impl Client {
                 stamp,
                 cached,
                 lease_ms,
+                view: _,
             } => {
                 if let Some(pending) = self.pending.get_mut(&request) {
                     if pending.given_back.get(from).is_some_and(|t| token <= *t) {

@@ -7,7 +7,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest, NODE_OWNER};
+use conclave_lock_api::wire::{
+    GrantView, HeldLock, LockMessage, PendingRelease, PendingRequest, NODE_OWNER,
+};
 use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use tracing::{debug, info, warn};
 
@@ -764,6 +766,7 @@ impl Grantor {
                         stamp,
                         cached,
                         lease_ms,
+                        view: Some(grant_view(ctx.view)),
                     },
                 ));
             }
@@ -889,6 +892,7 @@ impl Grantor {
                     lease_ms: holder
                         .lease_until
                         .map(|t| millis_down(t.saturating_duration_since(ctx.now))),
+                    view: Some(grant_view(ctx.view)),
                 },
             ));
             if cached {
@@ -1051,6 +1055,14 @@ pub(crate) fn resolve_duplicates(mut holders: Vec<Holder>) -> (Vec<Holder>, Vec<
         let mut rest = holders;
         let kept = rest.remove(0);
         (vec![kept], rest)
+    }
+}
+
+/// `view` as grants name it.
+pub(crate) fn grant_view(view: &View) -> GrantView {
+    GrantView {
+        epoch: view.epoch(),
+        coordinator: view.coordinator().incarnation(),
     }
 }
 

@@ -1882,6 +1882,23 @@ impl LockService {
                     self.cache_revoke(now, request, token);
                 }
             }
+            LockMessage::Granted {
+                view: Some(granted_in),
+                ..
+            } if !self.config.policy.is_majority()
+                && self
+                    .view
+                    .as_deref()
+                    .is_none_or(|v| grantor::grant_view(v) != granted_in) =>
+            {
+                // A grant made in another view than ours (under `Available`): our grantor moved
+                // to another lineage of views and granted there, to the member it lists there
+                // (seed 6004172 of the transfer band: two holders in our view). It is not ours
+                // to keep: answered as a grant from a member that is not our grantor, given
+                // back; the request, if pending, goes to our view's grantor.
+                self.client
+                    .handle_foreign(now, from, message, &mut self.outbox, &mut self.notices);
+            }
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }
             | LockMessage::UnlockAck { .. }

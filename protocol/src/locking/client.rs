@@ -614,41 +614,19 @@ impl Client {
         self.pending.values().filter_map(|p| p.deadline).min()
     }
 
-    /// Handles an answer of a grantor.
+    /// Handles an answer of a grantor. `of_our_view` is false for a grant made in another
+    /// view than this member's: it is handled as one from a member that is not our grantor,
+    /// whoever sent it.
     pub(crate) fn handle(
         &mut self,
         now: Instant,
         from: &MemberId,
+        of_our_view: bool,
         message: LockMessage,
         out: &mut Outbox,
         notices: &mut VecDeque<LockNotice>,
     ) {
-        let from_grantor = self.grantor.as_ref() == Some(from);
-        self.handle_from(now, from, from_grantor, message, out, notices);
-    }
-
-    /// Handles a grant made in another view than this member's, as one from a member that is
-    /// not its grantor, whoever sent it.
-    pub(crate) fn handle_foreign(
-        &mut self,
-        now: Instant,
-        from: &MemberId,
-        message: LockMessage,
-        out: &mut Outbox,
-        notices: &mut VecDeque<LockNotice>,
-    ) {
-        self.handle_from(now, from, false, message, out, notices);
-    }
-
-    fn handle_from(
-        &mut self,
-        now: Instant,
-        from: &MemberId,
-        from_grantor: bool,
-        message: LockMessage,
-        out: &mut Outbox,
-        notices: &mut VecDeque<LockNotice>,
-    ) {
+        let from_grantor = of_our_view && self.grantor.as_ref() == Some(from);
         match message {
             LockMessage::Granted {
                 request,

@@ -1837,8 +1837,14 @@ impl LockService {
                 unavailable: true, ..
             } if self.serving_grantor.as_ref() == Some(from) => {
                 self.set_serving_grantor(None);
-                self.client
-                    .handle(now, from, message, &mut self.outbox, &mut self.notices);
+                self.client.handle(
+                    now,
+                    from,
+                    true,
+                    message,
+                    &mut self.outbox,
+                    &mut self.notices,
+                );
             }
             LockMessage::TransferRequest { .. }
             | LockMessage::Handoff { .. }
@@ -1882,23 +1888,6 @@ impl LockService {
                     self.cache_revoke(now, request, token);
                 }
             }
-            LockMessage::Granted {
-                view: Some(granted_in),
-                ..
-            } if !self.config.policy.is_majority()
-                && self
-                    .view
-                    .as_deref()
-                    .is_none_or(|v| grantor::grant_view(v) != granted_in) =>
-            {
-                // A grant made in another view than ours (under `Available`): our grantor moved
-                // to another lineage of views and granted there, to the member it lists there
-                // (seed 6004172 of the transfer band: two holders in our view). It is not ours
-                // to keep: answered as a grant from a member that is not our grantor, given
-                // back; the request, if pending, goes to our view's grantor.
-                self.client
-                    .handle_foreign(now, from, message, &mut self.outbox, &mut self.notices);
-            }
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }
             | LockMessage::UnlockAck { .. }
@@ -1906,8 +1895,15 @@ impl LockService {
             | LockMessage::Renewed { .. }
             | LockMessage::DuplicateLock { .. }
             | LockMessage::LockInfoRequest { .. } => {
-                self.client
-                    .handle(now, from, message, &mut self.outbox, &mut self.notices);
+                let of_our_view = self.of_our_view(&message);
+                self.client.handle(
+                    now,
+                    from,
+                    of_our_view,
+                    message,
+                    &mut self.outbox,
+                    &mut self.notices,
+                );
             }
         }
     }
@@ -1949,6 +1945,25 @@ impl LockService {
     pub fn needs_new_view(&self) -> Option<u64> {
         (!self.config.policy.is_majority() && self.grantor.exhausted())
             .then(|| self.grantor.table.last_token().epoch().saturating_add(1))
+    }
+
+    /// False for a grant made in another view than ours, under `Available`: our grantor moved
+    /// to another lineage of views and granted there, to the member it lists there (seed
+    /// 6004172 of the transfer band: two holders in our view). Such a grant is not ours to
+    /// keep: the client gives it back; the request, if pending, goes to our view's grantor.
+    fn of_our_view(&self, message: &LockMessage) -> bool {
+        let LockMessage::Granted {
+            view: Some(granted_in),
+            ..
+        } = message
+        else {
+            return true;
+        };
+        self.config.policy.is_majority()
+            || self
+                .view
+                .as_deref()
+                .is_some_and(|v| grantor::grant_view(v) == *granted_in)
     }
 
     /// Whether this member handed the grantor role of its current view to another member.

@@ -171,6 +171,24 @@ impl Cluster {
         self.slow.insert((member(a), member(b)));
     }
 
+    /// Cuts the directed link `a → b`, or heals it if it is cut.
+    fn toggle_cut(&mut self, a: u8, b: u8) {
+        let link = (member(a), member(b));
+        if !self.cut.remove(&link) {
+            self.cut.insert(link);
+        }
+    }
+
+    /// Holds back the messages of `a → b`, or delivers what was held back (late) and stops.
+    fn toggle_slow(&mut self, a: u8, b: u8) {
+        let link = (member(a), member(b));
+        if self.slow.remove(&link) {
+            self.release_held_back(&link);
+        } else {
+            self.slow.insert(link);
+        }
+    }
+
     /// Delivers every message held back, late.
     fn release_slow(&mut self) {
         self.slow.clear();

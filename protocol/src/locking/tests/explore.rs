@@ -97,21 +97,8 @@ impl Run {
     fn apply(&mut self, event: Event) {
         match event {
             Event::Quiet => {}
-            Event::Link(a, b) => {
-                let link = (member(a), member(b));
-                if !self.c.cut.remove(&link) {
-                    self.c.cut.insert(link);
-                }
-            }
-            Event::Slow(a, b) => {
-                let link = (member(a), member(b));
-                if self.c.slow.contains(&link) {
-                    self.c.slow.remove(&link);
-                    self.c.release_held_back(&link);
-                } else {
-                    self.c.slow.insert(link);
-                }
-            }
+            Event::Link(a, b) => self.c.toggle_cut(a, b),
+            Event::Slow(a, b) => self.c.toggle_slow(a, b),
             Event::Pause(n) => {
                 if self.c.stalled.contains_key(&member(n)) {
                     self.c.wake(n);

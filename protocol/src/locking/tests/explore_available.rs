@@ -210,21 +210,8 @@ impl Run {
     fn apply(&mut self, event: Event) -> Result<(), String> {
         match event {
             Event::Quiet => {}
-            Event::Link(a, b) => {
-                let link = (member(a), member(b));
-                if !self.c.cut.remove(&link) {
-                    self.c.cut.insert(link);
-                }
-            }
-            Event::Slow(a, b) => {
-                let link = (member(a), member(b));
-                if self.c.slow.contains(&link) {
-                    self.c.slow.remove(&link);
-                    self.c.release_held_back(&link);
-                } else {
-                    self.c.slow.insert(link);
-                }
-            }
+            Event::Link(a, b) => self.c.toggle_cut(a, b),
+            Event::Slow(a, b) => self.c.toggle_slow(a, b),
             Event::View {
                 coordinator,
                 mask,

@@ -96,6 +96,18 @@ struct Joining {
     last_announce: Option<Instant>,
 }
 
+/// What a member's heartbeats said of the view it is in.
+#[derive(Clone, Copy, Debug, Default)]
+struct HeardView {
+    /// The highest `view_epoch` heard: a view that only removes members exceeds those of its
+    /// members, not every epoch heard (so a member cut off alone does not climb above the side
+    /// that kept the cluster).
+    epoch: u64,
+    /// The coordinator (incarnation) the last heartbeat named: a member that follows another
+    /// coordinator is in another lineage of views.
+    coordinator: u128,
+}
+
 /// The group membership state machine of one member.
 #[derive(Debug)]
 pub struct Gms {
@@ -106,13 +118,8 @@ pub struct Gms {
     /// Highest epoch seen anywhere; founding, join and merge views exceed it so that every
     /// member accepts them.
     max_epoch_seen: u64,
-    /// The epoch of the current view of each member heard in heartbeats (its `view_epoch`):
-    /// a view that only removes members exceeds those of its members, not every epoch heard
-    /// (so a member cut off alone does not climb above the side that kept the cluster).
-    member_epochs: BTreeMap<MemberId, u64>,
-    /// The coordinator (incarnation) each member of the view last named in a heartbeat: a
-    /// member that follows another coordinator is in another lineage of views.
-    member_lineage: BTreeMap<MemberId, u128>,
+    /// What the heartbeats of each member of the view said of its own view.
+    heard_views: BTreeMap<MemberId, HeardView>,
     /// When each member of the current view was last heard from.
     last_heard: BTreeMap<MemberId, Instant>,
     /// Members whose heartbeats show that they follow another coordinator than ours (another
@@ -156,8 +163,7 @@ impl Gms {
             phase: Phase::Idle,
             view: None,
             max_epoch_seen: 0,
-            member_epochs: BTreeMap::new(),
-            member_lineage: BTreeMap::new(),
+            heard_views: BTreeMap::new(),
             last_heard: BTreeMap::new(),
             stray_since: BTreeMap::new(),
             next_heartbeat: None,
@@ -331,9 +337,9 @@ impl Gms {
             return;
         }
         self.max_epoch_seen = self.max_epoch_seen.max(epoch);
-        let known = self.member_epochs.entry(from.clone()).or_insert(0);
-        *known = (*known).max(view_epoch);
-        self.member_lineage.insert(from.clone(), coordinator);
+        let heard = self.heard_views.entry(from.clone()).or_default();
+        heard.epoch = heard.epoch.max(view_epoch);
+        heard.coordinator = coordinator;
         let Some(view) = &self.view else { return };
         let ours = view.coordinator();
         let ignore = self.ignore_lineage();
@@ -806,10 +812,13 @@ impl Gms {
         // of views, where it may hold locks this coordinator's table never had: the view
         // merges it (the lock layer reconciles), whatever its epoch let it accept.
         let ours = self.local.incarnation();
-        let foreign = next
-            .members()
-            .iter()
-            .any(|m| *m != self.local && self.member_lineage.get(m).is_some_and(|c| *c != ours));
+        let foreign = next.members().iter().any(|m| {
+            *m != self.local
+                && self
+                    .heard_views
+                    .get(m)
+                    .is_some_and(|h| h.coordinator != ours)
+        });
         let origin = if foreign {
             ViewOrigin::Merged
         } else {
@@ -1020,8 +1029,7 @@ impl Gms {
             self.announcers.clear();
         }
         let members = self.view.as_ref().map(View::members).unwrap_or_default();
-        self.member_epochs.retain(|m, _| members.contains(m));
-        self.member_lineage.retain(|m, _| members.contains(m));
+        self.heard_views.retain(|m, _| members.contains(m));
         debug!(member = %self.local, view = %view, ?origin, "view installed");
         self.events
             .push_back(GmsEvent::ViewInstalled { view, origin });
@@ -1052,7 +1060,7 @@ impl Gms {
     fn next_epoch_within(&self, members: &[MemberId]) -> u64 {
         let base = members
             .iter()
-            .filter_map(|m| self.member_epochs.get(m).copied())
+            .filter_map(|m| self.heard_views.get(m).map(|h| h.epoch))
             .chain(self.view.as_ref().map(View::epoch))
             .max()
             .unwrap_or(0);

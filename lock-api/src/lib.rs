@@ -43,5 +43,7 @@ pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason, UnexpectedGrant};
 pub use ids::{MemberId, OwnerId, RequestId};
 pub use lock::{FencingToken, LockMode, LockName, ServiceName};
-pub use transport::{BlockingRecv, Datagram, Transport};
+pub use transport::{
+    BlockingRecv, Datagram, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, Transport,
+};
 pub use view::{View, ViewError, ViewId};

@@ -1,7 +1,8 @@
 //! What a membership backend provides: moving datagrams and reaching the discovery channel.
 
+use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,75 @@ pub struct Datagram {
     pub from: SocketAddr,
     /// The raw bytes, header included.
     pub bytes: Vec<u8>,
+}
+
+/// A place where a transport looks for its cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiscoveryPlace {
+    /// A seed of a TCP mesh (or any unicast address given to look at).
+    Seed(SocketAddr),
+    /// A multicast group, joined on an interface.
+    Multicast {
+        /// The group's address and port.
+        group: SocketAddr,
+        /// The interface's address.
+        interface: IpAddr,
+    },
+}
+
+impl fmt::Display for DiscoveryPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiscoveryPlace::Seed(addr) => write!(f, "seed {addr}"),
+            DiscoveryPlace::Multicast { group, interface } => {
+                write!(f, "multicast group {group} on interface {interface}")
+            }
+        }
+    }
+}
+
+/// What happened at a [`DiscoveryPlace`] so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiscoveryOutcome {
+    /// Reachable as far as the transport can tell, but no member of the cluster answered
+    /// there (for a multicast group: nothing was heard on it).
+    NoAnswer,
+    /// Could not be reached; the last error, in words.
+    Unreachable(String),
+    /// Reached, but what answered is not a member of this cluster (another cluster, another
+    /// key, or a failed handshake); why, in words.
+    Refused(String),
+    /// Reached: a member of the cluster answered there.
+    Answered,
+}
+
+impl fmt::Display for DiscoveryOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiscoveryOutcome::NoAnswer => f.write_str("no answer"),
+            DiscoveryOutcome::Unreachable(why) => write!(f, "unreachable: {why}"),
+            DiscoveryOutcome::Refused(why) => write!(f, "refused: {why}"),
+            DiscoveryOutcome::Answered => f.write_str("answered"),
+        }
+    }
+}
+
+/// One place a transport looks for its cluster and what happened there, as
+/// [`Transport::discovery_report`] tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveryReport {
+    /// Where the transport looked.
+    pub place: DiscoveryPlace,
+    /// What happened there.
+    pub outcome: DiscoveryOutcome,
+}
+
+impl fmt::Display for DiscoveryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.outcome)
+    }
 }
 
 /// A membership backend: moves opaque datagrams between members and to the discovery channel.
@@ -115,6 +185,16 @@ pub trait Transport: Send + Sync + 'static {
     /// The default does nothing, which suits datagram sockets: the member's leave is the
     /// protocol's business, and the socket closes when the transport is dropped.
     async fn close(&self) {}
+
+    /// Every place this transport looks for its cluster (the seeds of a TCP mesh, the
+    /// multicast group of UDP) and what happened at each so far. A node whose join found
+    /// nobody names them in its error. Empty (the default) means the transport has nowhere
+    /// to look: a TCP mesh without seeds, the in-memory network. Such a node, unless told
+    /// otherwise, founds a cluster of its own when nobody answers; a node with places to look
+    /// does not (see `conclave::Founding`).
+    fn discovery_report(&self) -> Vec<DiscoveryReport> {
+        Vec::new()
+    }
 
     /// Gives the transport the cluster's keys (feature `seal`), before its first send or
     /// receive: a transport with connections of its own (the TCP mesh) then makes every peer

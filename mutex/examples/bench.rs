@@ -734,6 +734,9 @@ impl Transport for Counted {
     fn send_discovery(&self, bytes: &[u8]) -> std::io::Result<()> {
         self.inner.send_discovery(bytes)
     }
+    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
     async fn recv(&self) -> std::io::Result<conclave::api::Datagram> {
         self.inner.recv().await
     }

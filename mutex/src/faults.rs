@@ -161,6 +161,10 @@ impl<T: Transport> Transport for Faulty<T> {
         self.inner.send_discovery(bytes)
     }
 
+    fn discovery_report(&self) -> Vec<conclave_lock_api::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
+
     async fn recv(&self) -> io::Result<Datagram> {
         loop {
             let datagram = self.inner.recv().await?;

@@ -346,6 +346,10 @@ impl<T: Transport> Transport for Lossy<T> {
         self.inner.send_discovery(bytes)
     }
 
+    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
+
     async fn recv(&self) -> io::Result<Datagram> {
         if let Some(datagram) = self.state.lock().unwrap().again.take() {
             return Ok(datagram);

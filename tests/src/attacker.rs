@@ -124,6 +124,10 @@ impl Transport for Tap {
         self.inner.send_discovery(bytes)
     }
 
+    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
+
     async fn recv(&self) -> io::Result<Datagram> {
         if let Some(datagram) = self.take_injected() {
             return Ok(datagram);

@@ -101,6 +101,10 @@ impl Transport for SealedTransport {
         self.inner.send_discovery(&self.sealer.seal(None, bytes)?)
     }
 
+    fn discovery_report(&self) -> Vec<crate::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
+
     async fn recv(&self) -> io::Result<Datagram> {
         loop {
             let datagram = self.inner.recv().await?;

@@ -454,6 +454,9 @@ impl<T: Transport> Transport for Metered<T> {
         self.meter.add(bytes.len());
         self.inner.send_discovery(bytes)
     }
+    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
+        self.inner.discovery_report()
+    }
     async fn recv(&self) -> std::io::Result<conclave::api::Datagram> {
         self.inner.recv().await
     }

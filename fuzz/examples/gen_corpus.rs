@@ -20,7 +20,7 @@ use conclave_fuzz::{wire_round_trip, CLUSTER};
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
     LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe, Segment,
-    StreamAck, TableHolder, TableLock, TableWaiter,
+    SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use conclave_tcp::fuzzing;
@@ -78,6 +78,23 @@ fn messages() -> Vec<(&'static str, Message)> {
     let lock = |l| Message::Lock(l);
     vec![
         ("join-request", gms(GmsMessage::JoinRequest)),
+        (
+            "join",
+            gms(GmsMessage::Join {
+                settings: vec![SharedSetting {
+                    name: "partition_policy".into(),
+                    value: "Available".into(),
+                }],
+            }),
+        ),
+        (
+            "join-refused",
+            gms(GmsMessage::JoinRefused {
+                setting: "partition_policy".into(),
+                coordinator_value: "Available".into(),
+                joiner_value: "Majority { cluster_size: 3 }".into(),
+            }),
+        ),
         ("not-coordinator", gms(GmsMessage::NotCoordinator)),
         ("leave-request", gms(GmsMessage::LeaveRequest)),
         (
@@ -323,6 +340,7 @@ fn frames() -> Vec<(&'static str, Frame)> {
             Frame::Discovery(Discovery::Announce {
                 view,
                 heard: Vec::new(),
+                settings: Vec::new(),
             }),
         ),
         (
@@ -572,6 +590,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
             Frame::Discovery(Discovery::Announce {
                 view: View::new(6, vec![m(1)]).expect("a valid view"),
                 heard: Vec::new(),
+                settings: Vec::new(),
             }),
         ),
         Step::Advance(10),

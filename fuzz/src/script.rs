@@ -23,12 +23,33 @@ use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
     self, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat, LockMessage, Message,
-    Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder,
-    TableLock, TableWaiter,
+    Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, SharedSetting, StreamAck,
+    TableHolder, TableLock, TableWaiter,
 };
 use conclave_lock_api::{
     FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, ServiceName, View,
 };
+
+/// A shared setting of the script's cast: name and value.
+struct CastSetting(&'static str, &'static str);
+
+impl CastSetting {
+    fn setting(&self) -> SharedSetting {
+        SharedSetting {
+            name: self.0.to_owned(),
+            value: self.1.to_owned(),
+        }
+    }
+}
+
+/// The shared settings a script names: the endpoint's own (`Available`, the local lease) and
+/// others that differ.
+const SETTINGS: [CastSetting; 4] = [
+    CastSetting("partition_policy", "Available"),
+    CastSetting("partition_policy", "Majority { cluster_size: 3 }"),
+    CastSetting("lease", "1.2s"),
+    CastSetting("lease", "8s"),
+];
 
 /// The number of peers a script names besides the endpoint.
 pub const PEERS: usize = 4;
@@ -207,6 +228,10 @@ impl<'a> Reader<'a> {
         LockName::new(format!("l{}", self.u8() % 8)).expect("a valid name")
     }
 
+    fn setting(&mut self) -> SharedSetting {
+        SETTINGS[usize::from(self.u8()) % SETTINGS.len()].setting()
+    }
+
     fn mode(&mut self) -> LockMode {
         if self.flag() {
             LockMode::Shared
@@ -253,6 +278,7 @@ impl<'a> Reader<'a> {
                 Discovery::Announce {
                     view: self.view(),
                     heard: self.vec(Self::incarnation),
+                    settings: self.vec(Self::setting),
                 }
             } else {
                 Discovery::Ping
@@ -303,7 +329,20 @@ impl<'a> Reader<'a> {
     }
 
     fn message(&mut self) -> Message {
-        let kind = self.u8() % 30;
+        let kind = self.u8() % 32;
+        if kind == 30 {
+            return Message::Gms(GmsMessage::Join {
+                settings: self.vec(Self::setting),
+            });
+        }
+        if kind == 31 {
+            let setting = self.setting();
+            return Message::Gms(GmsMessage::JoinRefused {
+                setting: setting.name,
+                coordinator_value: setting.value,
+                joiner_value: self.setting().value,
+            });
+        }
         if kind == 28 {
             return Message::Gms(GmsMessage::InstallViewDelta {
                 epoch: self.num(),
@@ -614,6 +653,15 @@ impl Writer {
         self.u8(index as u8);
     }
 
+    fn setting(&mut self, setting: &SharedSetting) {
+        let index = SETTINGS
+            .iter()
+            .position(|s| s.setting() == *setting)
+            .or_else(|| SETTINGS.iter().position(|s| s.1 == setting.value))
+            .expect("a setting of the cast");
+        self.u8(index as u8);
+    }
+
     fn name(&mut self, name: &LockName) {
         let index = (0..8u8)
             .find(|i| name.as_str() == format!("l{i}"))
@@ -655,10 +703,15 @@ impl Writer {
     fn frame(&mut self, frame: &Frame) {
         match frame {
             Frame::Discovery(Discovery::Ping) => self.out.extend([0, 0]),
-            Frame::Discovery(Discovery::Announce { view, heard }) => {
+            Frame::Discovery(Discovery::Announce {
+                view,
+                heard,
+                settings,
+            }) => {
                 self.out.extend([0, 1]);
                 self.view(view);
                 self.vec(heard, |w, incarnation| w.incarnation(*incarnation));
+                self.vec(settings, Self::setting);
             }
             Frame::Heartbeat {
                 epoch,
@@ -754,6 +807,25 @@ impl Writer {
             Message::Gms(GmsMessage::ViewRequest { epoch }) => {
                 self.u8(29);
                 self.num(*epoch);
+            }
+            Message::Gms(GmsMessage::Join { settings }) => {
+                self.u8(30);
+                self.vec(settings, Self::setting);
+            }
+            Message::Gms(GmsMessage::JoinRefused {
+                setting,
+                coordinator_value,
+                joiner_value,
+            }) => {
+                self.u8(31);
+                self.setting(&SharedSetting {
+                    name: setting.clone(),
+                    value: coordinator_value.clone(),
+                });
+                self.setting(&SharedSetting {
+                    name: setting.clone(),
+                    value: joiner_value.clone(),
+                });
             }
             Message::Lock(lock) => self.lock_message(lock),
             Message::Service { service, message } => {

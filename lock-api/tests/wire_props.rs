@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, GrantView,
     HeldLock, LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest,
-    Probe, Segment, StreamAck, TableHolder, TableLock, TableWaiter, BUNDLED_SEGMENT_OVERHEAD_MAX,
-    HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    Probe, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
+    BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
+    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -229,11 +230,27 @@ fn arb_ack() -> BoxedStrategy<Ack> {
         .boxed()
 }
 
+fn arb_settings() -> BoxedStrategy<Vec<SharedSetting>> {
+    prop::collection::vec(
+        ("[a-z_]{1,16}", ".{0,24}").prop_map(|(name, value)| SharedSetting { name, value }),
+        0..4,
+    )
+    .boxed()
+}
+
 fn arb_discovery() -> BoxedStrategy<Discovery> {
     prop_oneof![
         Just(Discovery::Ping),
-        (arb_view(), prop::collection::vec(arb_u128(), 0..3))
-            .prop_map(|(view, heard)| Discovery::Announce { view, heard }),
+        (
+            arb_view(),
+            prop::collection::vec(arb_u128(), 0..3),
+            arb_settings()
+        )
+            .prop_map(|(view, heard, settings)| Discovery::Announce {
+                view,
+                heard,
+                settings
+            }),
     ]
     .boxed()
 }
@@ -309,6 +326,14 @@ fn arb_gms_message() -> BoxedStrategy<GmsMessage> {
                 }
             }),
         arb_u64().prop_map(|epoch| GmsMessage::ViewRequest { epoch }),
+        arb_settings().prop_map(|settings| GmsMessage::Join { settings }),
+        ("[a-z_]{1,16}", ".{0,24}", ".{0,24}").prop_map(
+            |(setting, coordinator_value, joiner_value)| GmsMessage::JoinRefused {
+                setting,
+                coordinator_value,
+                joiner_value,
+            }
+        ),
     ]
     .boxed()
 }
@@ -627,6 +652,8 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Gms(GmsMessage::LeaveAccepted { .. }) => "LeaveAccepted",
         Message::Gms(GmsMessage::InstallViewDelta { .. }) => "InstallViewDelta",
         Message::Gms(GmsMessage::ViewRequest { .. }) => "ViewRequest",
+        Message::Gms(GmsMessage::Join { .. }) => "Join",
+        Message::Gms(GmsMessage::JoinRefused { .. }) => "JoinRefused",
         Message::Lock(LockMessage::Lock { .. }) => "Lock",
         Message::Lock(LockMessage::Cancel { .. }) => "Cancel",
         Message::Lock(LockMessage::Unlock { .. }) => "Unlock",
@@ -673,7 +700,7 @@ fn strategies_cover_every_variant() {
         .iter()
         .map(message_kind)
         .collect();
-    assert_eq!(messages.len(), 30, "messages generated: {messages:?}");
+    assert_eq!(messages.len(), 32, "messages generated: {messages:?}");
 
     // The shapes the strategies promise are really produced.
     let members = sample(&arb_member_id(), 200);

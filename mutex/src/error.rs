@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use conclave_lock_api::seal::{KeyError, Rejection};
-use conclave_lock_api::{LockError, LockNameError, MemberNameError};
+use conclave_lock_api::{DiscoveryReport, LockError, LockNameError, MemberId, MemberNameError};
 use conclave_protocol::gms::GmsConfigError;
 use conclave_protocol::locking::LockConfigError;
 use conclave_protocol::reliable::ConfigError;
@@ -53,6 +53,62 @@ pub enum NodeError {
     /// The node shut down while joining.
     #[error("the node shut down while joining")]
     Shutdown,
+    /// Nobody answered: no member of the cluster (and no other joiner to found one with) was
+    /// heard at any place the transport looks, and this node may not found a cluster alone
+    /// ([`crate::NodeBuilder::founding`]). `places` says what happened at each (an
+    /// unreachable seed, a seed of another cluster, a multicast group nobody answers on).
+    /// The node is stopped again.
+    #[error("{}", no_cluster_message(cluster, places))]
+    NoCluster {
+        /// The cluster name the node looked for.
+        cluster: String,
+        /// Every place the transport looked, and what happened there.
+        places: Vec<DiscoveryReport>,
+    },
+    /// The cluster's coordinator refused this member: a setting every member must share (the
+    /// partition policy and cluster size, the lease settings, the protocol version; see
+    /// [`conclave_protocol::shared_settings`]) differs. The node is stopped again.
+    #[error(
+        "the coordinator {coordinator} refused this member: {setting} is {cluster_value} in the \
+         cluster and {our_value} here; every member must use the same"
+    )]
+    SettingMismatch {
+        /// The coordinator that refused.
+        coordinator: MemberId,
+        /// The setting's name, e.g. `partition_policy`.
+        setting: String,
+        /// The cluster's value (its coordinator's).
+        cluster_value: String,
+        /// This member's value.
+        our_value: String,
+    },
+    /// Two builder calls set one setting to different values (e.g. a
+    /// [`crate::NodeBuilder::config`] whose policy is not the default and a
+    /// [`crate::NodeBuilder::partition_policy`] with another).
+    #[error("{setting} was set twice, to {first} and to {second}; set it once")]
+    ConflictingSettings {
+        /// The setting.
+        setting: &'static str,
+        /// One value, and where it was given.
+        first: String,
+        /// The other value, and where it was given.
+        second: String,
+    },
+}
+
+fn no_cluster_message(cluster: &str, places: &[DiscoveryReport]) -> String {
+    let mut message = format!(
+        "no member of cluster {cluster:?} answered, and this node may not found it alone \
+         (NodeBuilder::founding)"
+    );
+    if places.is_empty() {
+        message.push_str("; the transport has nowhere to look");
+    }
+    for (i, place) in places.iter().enumerate() {
+        message.push_str(if i == 0 { ": " } else { "; " });
+        message.push_str(&place.to_string());
+    }
+    message
 }
 
 fn authentication_message(r: &Rejection) -> String {

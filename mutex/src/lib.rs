@@ -130,6 +130,7 @@ pub use conclave_lock_api::{
     UnexpectedGrant, UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
+pub use conclave_protocol::gms::Founding;
 pub use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
 pub use conclave_protocol::EndpointConfig;
 /// The UDP multicast backend (feature `udp-multicast`): multicast discovery, unicast

@@ -16,6 +16,7 @@ use conclave_lock_api::{
     GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockNameError, MemberId,
     MemberNameError, ServiceName, Transport, UnexpectedLock, View,
 };
+use conclave_protocol::gms::{Founding, JoinProblem};
 use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
 use conclave_protocol::{Endpoint, EndpointConfig};
 use futures::future::{select, Either};
@@ -49,7 +50,10 @@ pub struct NodeBuilder {
     cluster: String,
     name: String,
     transport: Option<Arc<dyn Transport>>,
-    config: EndpointConfig,
+    config: Option<EndpointConfig>,
+    policy: Option<PartitionPolicy>,
+    node_cache: Option<NodeCacheConfig>,
+    founding: Option<Founding>,
     join_timeout: Duration,
     spin_wait: Duration,
     data_dir: Option<std::path::PathBuf>,
@@ -75,6 +79,9 @@ impl fmt::Debug for NodeBuilder {
                 &self.transport.as_ref().map(|t| t.local_addr()),
             )
             .field("config", &self.config)
+            .field("policy", &self.policy)
+            .field("node_cache", &self.node_cache)
+            .field("founding", &self.founding)
             .field("join_timeout", &self.join_timeout)
             .field("spin_wait", &self.spin_wait)
             .field("data_dir", &self.data_dir)
@@ -84,6 +91,39 @@ impl fmt::Debug for NodeBuilder {
 }
 
 impl NodeBuilder {
+    /// The configuration `join` runs with: [`NodeBuilder::config`] (or the default) with the
+    /// settings of the builder's own methods in it.
+    fn resolved_config(&self) -> Result<EndpointConfig, NodeError> {
+        let given = self.config.is_some();
+        let mut config = self.config.clone().unwrap_or_default();
+        let defaults = EndpointConfig::default();
+        if let Some(policy) = self.policy {
+            if given
+                && config.locks.policy != defaults.locks.policy
+                && config.locks.policy != policy
+            {
+                return Err(NodeError::ConflictingSettings {
+                    setting: "partition_policy",
+                    first: format!("{:?} (in config)", config.locks.policy),
+                    second: format!("{policy:?} (partition_policy)"),
+                });
+            }
+            config.locks.policy = policy;
+        }
+        if let Some(cache) = &self.node_cache {
+            let ours = &config.locks.node_cache;
+            if given && *ours != defaults.locks.node_cache && ours != cache {
+                return Err(NodeError::ConflictingSettings {
+                    setting: "node_cache",
+                    first: format!("{ours:?} (in config)"),
+                    second: format!("{cache:?} (node_cache)"),
+                });
+            }
+            config.locks.node_cache = cache.clone();
+        }
+        Ok(config)
+    }
+
     /// The member's human-readable name (at most 64 bytes, no control characters). It names
     /// the driver thread (`conclave-<name>`) and appears in logs. Default: empty.
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -100,15 +140,92 @@ impl NodeBuilder {
 
     /// Every protocol setting at once. Default: [`EndpointConfig::default`] (LAN timings);
     /// [`EndpointConfig::local`] has fast timings for one host.
+    ///
+    /// The builder's methods compose in any order: [`NodeBuilder::partition_policy`] and
+    /// [`NodeBuilder::node_cache`] set their part of the configuration whether they are called
+    /// before or after this. A method called twice keeps the last value. A configuration whose
+    /// policy (or node cache) is not the default *and* differs from the one given by its own
+    /// method is a contradiction: [`NodeBuilder::join`] refuses it
+    /// ([`NodeError::ConflictingSettings`]).
+    ///
+    /// ```
+    /// use conclave::memory::MemoryNetwork;
+    /// use conclave::{EndpointConfig, LockError, Node, PartitionPolicy};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let network = MemoryNetwork::new();
+    /// smol::block_on(async {
+    ///     let node = Node::builder("orders")
+    ///         .transport(network.transport())
+    ///         .partition_policy(PartitionPolicy::Majority { cluster_size: 3 })
+    ///         .config(EndpointConfig::local()) // keeps the policy given above
+    ///         .join()
+    ///         .await?;
+    ///     // One member of three is no majority: nothing is granted.
+    ///     let mutex = node.mutex("invoice-7")?;
+    ///     assert!(matches!(mutex.try_lock().await, Err(LockError::Unavailable)));
+    ///     node.leave().await;
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn config(mut self, config: EndpointConfig) -> Self {
-        self.config = config;
+        self.config = Some(config);
         self
     }
 
-    /// What a partition may do with locks; every member must use the same. Default
-    /// [`PartitionPolicy::Available`].
+    /// What a partition may do with locks; every member must use the same (a joiner with
+    /// another policy or cluster size is refused: [`NodeError::SettingMismatch`]). Default
+    /// [`PartitionPolicy::Available`]. Composes with [`NodeBuilder::config`] in either order.
     pub fn partition_policy(mut self, policy: PartitionPolicy) -> Self {
-        self.config.locks.policy = policy;
+        self.policy = Some(policy);
+        self
+    }
+
+    /// When this node may found a new cluster rather than join one (see [`Founding`]).
+    ///
+    /// Default: [`Founding::WithOthers`] on a transport with somewhere to look for the
+    /// cluster (the multicast group of UDP, the seeds of a TCP mesh), so a node that reaches
+    /// nobody fails to join ([`NodeError::NoCluster`], naming each place it looked and what
+    /// happened there) instead of making a cluster of one; [`Founding::Alone`] on a
+    /// transport with nowhere to look (a TCP mesh without seeds, the in-memory network),
+    /// which can only be the first member. Give [`Founding::Alone`] to the first member of a
+    /// new cluster (or to every member of a cluster whose members start one at a time).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use conclave::tcp::TcpMesh;
+    /// use conclave::{EndpointConfig, Founding, Node, NodeError};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// smol::block_on(async {
+    ///     // A seed nobody listens on: the join fails, naming the seed.
+    ///     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    ///     let error = Node::builder("orders")
+    ///         .transport(TcpMesh::loopback([dead])?)
+    ///         .config(EndpointConfig::local())
+    ///         .join()
+    ///         .await
+    ///         .unwrap_err();
+    ///     assert!(matches!(error, NodeError::NoCluster { .. }));
+    ///     assert!(error.to_string().contains(&dead.to_string()));
+    ///     // The first member of a new cluster says it may found one.
+    ///     let first = Node::builder("orders")
+    ///         .transport(TcpMesh::loopback([dead])?)
+    ///         .config(EndpointConfig::local())
+    ///         .founding(Founding::Alone)
+    ///         .join()
+    ///         .await?;
+    ///     assert_eq!(first.view().map(|v| v.len()), Some(1));
+    ///     first.leave().await;
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn founding(mut self, founding: Founding) -> Self {
+        self.founding = Some(founding);
         self
     }
 
@@ -144,7 +261,7 @@ impl NodeBuilder {
     /// # }
     /// ```
     pub fn node_cache(mut self, cache: NodeCacheConfig) -> Self {
-        self.config.locks.node_cache = cache;
+        self.node_cache = Some(cache);
         self
     }
 
@@ -282,10 +399,17 @@ impl NodeBuilder {
     /// Dropping the future before it completes stops the node again (leaving, joining its
     /// thread).
     pub async fn join(self) -> Result<Node, NodeError> {
-        self.config.gms.validate()?;
-        self.config.locks.validate()?;
-        self.config.reliable.validate()?;
+        let config = self.resolved_config()?;
+        config.gms.validate()?;
+        config.locks.validate()?;
+        config.reliable.validate()?;
         let transport = self.transport.ok_or(NodeError::NoTransport)?;
+        let places = transport.discovery_report();
+        let founding = self.founding.unwrap_or(if places.is_empty() {
+            Founding::Alone
+        } else {
+            Founding::WithOthers
+        });
         let keys = match self.key {
             KeySource::None => None,
             KeySource::Keyring(ring) => Some(ring),
@@ -303,17 +427,14 @@ impl NodeBuilder {
         let transport: Arc<dyn Transport> =
             Arc::new(SealedTransport::new(transport, sealer.clone()));
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;
-        let leave_bound = self.config.gms.leave_timeout * 2 + Duration::from_millis(200);
+        let leave_bound = config.gms.leave_timeout * 2 + Duration::from_millis(200);
         let durable = match &self.data_dir {
             Some(dir) => Some(TermFile::open(dir).map_err(NodeError::DataDir)?),
             None => None,
         };
-        let mut endpoint = Endpoint::new(
-            &self.cluster,
-            member,
-            self.config,
-            transport.max_datagram_size(),
-        );
+        let mut endpoint =
+            Endpoint::new(&self.cluster, member, config, transport.max_datagram_size());
+        endpoint.set_founding(founding);
         if let Some(file) = &durable {
             endpoint.restore_term(file.saved());
         }
@@ -339,6 +460,28 @@ impl NodeBuilder {
                     return Err(NodeError::Shutdown);
                 }
                 if shared.view.is_none() {
+                    if let Some(problem) = &shared.join_problem {
+                        if let Some(rejection) = sealer.rejection() {
+                            return Err(NodeError::Authentication(rejection));
+                        }
+                        return Err(match problem.clone() {
+                            JoinProblem::SettingMismatch {
+                                coordinator,
+                                setting,
+                                coordinator_value,
+                                joiner_value,
+                            } => NodeError::SettingMismatch {
+                                coordinator,
+                                setting,
+                                cluster_value: coordinator_value,
+                                our_value: joiner_value,
+                            },
+                            _ => NodeError::NoCluster {
+                                cluster: self.cluster.clone(),
+                                places: inner.transport.discovery_report(),
+                            },
+                        });
+                    }
                     Some(inner.changed.listen())
                 } else {
                     None
@@ -416,7 +559,10 @@ impl Node {
             cluster: cluster.into(),
             name: String::new(),
             transport: None,
-            config: EndpointConfig::default(),
+            config: None,
+            policy: None,
+            node_cache: None,
+            founding: None,
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             spin_wait: DEFAULT_SPIN_WAIT,
             data_dir: None,

@@ -307,6 +307,8 @@ pub(crate) struct Shared {
     pub(crate) endpoint: Endpoint,
     pub(crate) phase: Phase,
     pub(crate) view: Option<View>,
+    /// Why the join has not succeeded, as the protocol last reported it (until a view).
+    pub(crate) join_problem: Option<conclave_protocol::gms::JoinProblem>,
     pub(crate) slots: BTreeMap<RequestId, Slot>,
     /// The deadline the driver's timer is armed for.
     pub(crate) armed: Option<Instant>,
@@ -337,6 +339,7 @@ impl Shared {
             endpoint,
             phase: Phase::Running,
             view: None,
+            join_problem: None,
             slots: BTreeMap::new(),
             armed: None,
             view_subscribers: Vec::new(),
@@ -516,6 +519,11 @@ impl Shared {
                 }
                 EndpointEvent::Left => {
                     debug!(member = %self.endpoint.local(), "left the cluster");
+                    effects.node_changed = true;
+                }
+                EndpointEvent::JoinProblem(problem) => {
+                    debug!(member = %self.endpoint.local(), %problem, "join problem");
+                    self.join_problem = Some(problem);
                     effects.node_changed = true;
                 }
                 EndpointEvent::Lock(notice) => {

@@ -384,7 +384,9 @@ fn spawn_member(
                         }
                     }
                     // The demo uses the default lock service only.
-                    EndpointEvent::ServiceLock { .. } | EndpointEvent::Left => {}
+                    EndpointEvent::ServiceLock { .. }
+                    | EndpointEvent::Left
+                    | EndpointEvent::JoinProblem(_) => {}
                 }
             }
             let wait = endpoint

@@ -9,12 +9,16 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, PACKET_OVERHEAD_MAX,
+    self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, SharedSetting,
+    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
 use conclave_lock_api::{MemberId, RequestId, ServiceName, View};
 use tracing::{debug, trace, warn};
 
-use crate::gms::{Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
+use crate::gms::{
+    Founding, Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, JoinProblem, MembershipState,
+    ViewOrigin,
+};
 use crate::locking::{
     service_index, Authority, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockNotice,
     LockRequest, LockService, NotHeld,
@@ -95,6 +99,9 @@ pub enum EndpointEvent {
     },
     /// This member has left the cluster.
     Left,
+    /// This joiner cannot join (yet): nobody answered and it may not found a cluster alone, or
+    /// a coordinator refused it for a setting. It keeps looking.
+    JoinProblem(JoinProblem),
     /// A lock request was answered or a held lock changed, in the default lock service.
     Lock(LockNotice),
     /// The same, in a named lock service.
@@ -104,6 +111,43 @@ pub enum EndpointEvent {
         /// What happened.
         notice: LockNotice,
     },
+}
+
+/// The settings of `config` that every member of a cluster must share, by name and value:
+/// `protocol_version`, `partition_policy` (with the cluster size under `Majority`), `lease`,
+/// and under `Majority` also `lease_margin` and `support_lease`, which its mutual exclusion
+/// rests on. A coordinator refuses a joiner, and does not merge with a view, whose value of
+/// one of them differs (the timings of membership and caching may differ between members).
+///
+/// ```
+/// use conclave_protocol::locking::{LockConfig, PartitionPolicy};
+///
+/// let config = LockConfig { policy: PartitionPolicy::Majority { cluster_size: 3 }, ..LockConfig::default() };
+/// let settings = conclave_protocol::shared_settings(&config);
+/// let policy = settings.iter().find(|s| s.name == "partition_policy").unwrap();
+/// assert_eq!(policy.value, "Majority { cluster_size: 3 }");
+/// ```
+pub fn shared_settings(config: &LockConfig) -> Vec<SharedSetting> {
+    let setting = |name: &str, value: String| SharedSetting {
+        name: name.to_owned(),
+        value,
+    };
+    let mut settings = vec![
+        setting("protocol_version", PROTOCOL_VERSION.to_string()),
+        setting("partition_policy", format!("{:?}", config.policy)),
+        setting("lease", format!("{:?}", config.lease)),
+    ];
+    if config.policy.is_majority() {
+        settings.push(setting(
+            "lease_margin",
+            format!("{:?}", config.lease_margin),
+        ));
+        settings.push(setting(
+            "support_lease",
+            format!("{:?}", config.support_lease),
+        ));
+    }
+    settings
 }
 
 /// Counters of the endpoint and its layers.
@@ -231,9 +275,11 @@ impl Endpoint {
         max_datagram: usize,
     ) -> Self {
         let fragment = max_datagram.saturating_sub(PACKET_OVERHEAD_MAX).max(64);
+        let mut gms = Gms::new(local.clone(), config.gms);
+        gms.set_shared_settings(shared_settings(&config.locks));
         Self {
             cluster: ClusterId::from_name(cluster),
-            gms: Gms::new(local.clone(), config.gms),
+            gms,
             reliable: Reliable::new(local.clone(), config.reliable, fragment),
             locks: LockService::new(local.clone(), config.locks.clone()),
             services: BTreeMap::new(),
@@ -249,6 +295,18 @@ impl Endpoint {
             departed: BTreeMap::new(),
             gms_previous_view: None,
         }
+    }
+
+    /// Sets when this member may found a cluster (see [`Founding`]; default
+    /// [`Founding::Alone`]). Call before [`Endpoint::join`].
+    pub fn set_founding(&mut self, founding: Founding) {
+        self.gms.set_founding(founding);
+    }
+
+    /// The settings every member of the cluster must share, as this member sends them when it
+    /// joins and compares them as coordinator: see [`shared_settings`].
+    pub fn shared_settings(&self) -> &[SharedSetting] {
+        self.gms.shared_settings()
     }
 
     /// This member's id.
@@ -871,6 +929,9 @@ impl Endpoint {
                         .push_back(EndpointEvent::ViewInstalled { view, origin });
                 }
                 GmsEvent::Left => self.events.push_back(EndpointEvent::Left),
+                GmsEvent::JoinProblem(problem) => {
+                    self.events.push_back(EndpointEvent::JoinProblem(problem));
+                }
             }
         }
         any

@@ -23,7 +23,7 @@ mod test_support;
 mod time;
 
 pub use endpoint::{
-    Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, ServiceTransferError,
-    TooManyServices, Transmit, MAX_SERVICES,
+    shared_settings, Destination, Endpoint, EndpointConfig, EndpointEvent, EndpointStats,
+    ServiceTransferError, TooManyServices, Transmit, MAX_SERVICES,
 };
 pub use time::Instant;

@@ -68,7 +68,9 @@ impl Cluster {
                         EndpointEvent::ServiceLock { service, notice } => {
                             self.notices[from].push((Some(service), notice));
                         }
-                        EndpointEvent::ViewInstalled { .. } | EndpointEvent::Left => {}
+                        EndpointEvent::ViewInstalled { .. }
+                        | EndpointEvent::Left
+                        | EndpointEvent::JoinProblem(_) => {}
                     }
                 }
             }

@@ -525,6 +525,7 @@ fn hostile_datagrams(cluster: &str) -> Vec<Vec<u8>> {
         Frame::Discovery(Discovery::Announce {
             view,
             heard: vec![1],
+            settings: Vec::new(),
         }),
         Frame::Heartbeat {
             epoch: 1 << 40,

@@ -101,7 +101,43 @@ pub enum Discovery {
         /// encoding) in an answer to a ping.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         heard: Vec<u128>,
+        /// The settings every member of the sender's cluster shares (see [`SharedSetting`]):
+        /// coordinators merge only views whose settings agree. Empty (left out of the
+        /// encoding) from members that predate them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        settings: Vec<SharedSetting>,
     },
+}
+
+/// The most [`SharedSetting`]s a message carries that a receiver looks at; the rest are ignored.
+pub const SHARED_SETTINGS_MAX: usize = 32;
+
+/// A setting every member of a cluster must share (the partition policy and cluster size, the
+/// lease settings that mutual exclusion rests on, the protocol version), by name and value in
+/// words. A joiner sends its settings in [`GmsMessage::Join`]; a coordinator whose value of a
+/// setting both name differs refuses it ([`GmsMessage::JoinRefused`]). A setting only one side
+/// names is not compared (a member of another version may name more or fewer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedSetting {
+    /// The setting's name, e.g. `partition_policy`.
+    pub name: String,
+    /// Its value, e.g. `Majority { cluster_size: 3 }`.
+    pub value: String,
+}
+
+/// The first setting both lists name with different values: `(name, ours, theirs)`. Looks at
+/// most at [`SHARED_SETTINGS_MAX`] entries of each.
+pub fn first_setting_mismatch<'a>(
+    ours: &'a [SharedSetting],
+    theirs: &'a [SharedSetting],
+) -> Option<(&'a str, &'a str, &'a str)> {
+    let theirs = &theirs[..theirs.len().min(SHARED_SETTINGS_MAX)];
+    ours.iter().take(SHARED_SETTINGS_MAX).find_map(|our| {
+        theirs
+            .iter()
+            .find(|their| their.name == our.name && their.value != our.value)
+            .map(|their| (our.name.as_str(), our.value.as_str(), their.value.as_str()))
+    })
 }
 
 /// A fragment of an encoded [`Message`] on one reliable stream from the sender to `to`.
@@ -169,7 +205,8 @@ pub enum Message {
 /// Group membership messages.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GmsMessage {
-    /// A joiner asks the coordinator to be added to the view.
+    /// A joiner asks the coordinator to be added to the view (members that predate
+    /// [`GmsMessage::Join`]; admitted without comparing settings).
     JoinRequest,
     /// The receiver is not a coordinator; the joiner should discover again.
     NotCoordinator,
@@ -211,6 +248,21 @@ pub enum GmsMessage {
     ViewRequest {
         /// The epoch of the delta that could not be applied.
         epoch: u64,
+    },
+    /// A joiner asks the coordinator to be added to the view, with the settings it must
+    /// share with the cluster.
+    Join {
+        /// The joiner's shared settings.
+        settings: Vec<SharedSetting>,
+    },
+    /// The coordinator refuses a joiner whose shared setting differs from its own.
+    JoinRefused {
+        /// The setting's name.
+        setting: String,
+        /// The coordinator's value.
+        coordinator_value: String,
+        /// The joiner's value, as the coordinator received it.
+        joiner_value: String,
     },
 }
 

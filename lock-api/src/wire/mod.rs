@@ -36,8 +36,9 @@ pub use codec::{
 };
 pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
-    Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat, LockMessage, Message,
-    Packet, PendingRelease, PendingRequest, Probe, Segment, StreamAck, TableHolder, TableLock,
-    TableWaiter, MAX_BUNDLE, NODE_GRANT_TOKENS, NODE_OWNER, TABLE_LOCKS_MAX,
+    first_setting_mismatch, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
+    LockMessage, Message, Packet, PendingRelease, PendingRequest, Probe, Segment, SharedSetting,
+    StreamAck, TableHolder, TableLock, TableWaiter, MAX_BUNDLE, NODE_GRANT_TOKENS, NODE_OWNER,
+    SHARED_SETTINGS_MAX, TABLE_LOCKS_MAX,
 };
 pub use payload::Payload;

@@ -109,6 +109,31 @@ impl GmsConfig {
     }
 }
 
+/// When a joiner that finds no cluster may found one.
+///
+/// A joiner pings the discovery channel (the multicast group, or the seeds of a TCP mesh) and
+/// joins the coordinator whose view it hears of. If for the discovery timeout it hears of no
+/// view, the rule decides what it does. A joiner that founds where a cluster exists but could
+/// not be reached (a wrong seed, a blocked port, a wrong interface) makes a second cluster:
+/// under `Available` that is two grantors of every lock until the two meet and merge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Founding {
+    /// It may found a cluster alone, having heard nobody: the first member of a new cluster, a
+    /// test. (The protocol's default; the node builder's depends on the transport.)
+    #[default]
+    Alone,
+    /// It founds a cluster only with other joiners it heard on the discovery channel (the
+    /// lowest id founds, the others join it), as members of a new cluster started together
+    /// do. Having heard nobody, it reports [`crate::gms::JoinProblem::NobodyAnswered`] and
+    /// keeps looking.
+    WithOthers,
+    /// It never founds: it joins an existing cluster or keeps looking (reporting
+    /// [`crate::gms::JoinProblem::NobodyAnswered`] once it has heard nobody for the discovery
+    /// timeout).
+    Never,
+}
+
 /// A [`GmsConfig`] was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]

@@ -51,22 +51,25 @@ mod types;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use conclave_lock_api::wire::{Discovery, GmsMessage};
+use conclave_lock_api::wire::{first_setting_mismatch, Discovery, GmsMessage, SharedSetting};
 use conclave_lock_api::{MemberId, View};
-use tracing::{debug, info, trace};
+use tracing::{debug, info, trace, warn};
 
 use crate::time::Instant;
 
 use delta::{Bases, DeltaError};
 
-pub use config::{GmsConfig, GmsConfigError};
+pub use config::{Founding, GmsConfig, GmsConfigError};
 #[cfg(feature = "sim")]
 pub use types::Sabotage;
-pub use types::{GmsEvent, GmsOutput, GmsStats, MembershipState, ViewOrigin};
+pub use types::{GmsEvent, GmsOutput, GmsStats, JoinProblem, MembershipState, ViewOrigin};
 
 /// Upper bound on the joiners and merge candidates remembered, so discovery traffic from many
 /// (or forged) members costs bounded memory.
 const MAX_REMEMBERED: usize = 256;
+
+/// How often a refused join or merge is logged at most.
+const MISMATCH_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How many ring successors a member other than the coordinator heartbeats (and so how many
 /// ring predecessors it watches, besides the coordinator). A takeover needs the member to know
@@ -94,6 +97,11 @@ struct Joining {
     joiners: BTreeSet<MemberId>,
     /// When a member of an existing cluster last answered: no founding soon after that.
     last_announce: Option<Instant>,
+    /// Whether [`JoinProblem::NobodyAnswered`] was reported (once per join).
+    reported_alone: bool,
+    /// Whether a coordinator refused us for a setting: we never found a cluster then (it
+    /// would be one of members that disagree with the cluster found).
+    refused: bool,
 }
 
 /// What a member's heartbeats said of the view it is in.
@@ -144,6 +152,12 @@ pub struct Gms {
     bases: Bases,
     /// When a dropped delta was last logged (such logs are rate-limited).
     delta_logged: Option<Instant>,
+    /// When this member may found a cluster.
+    founding: Founding,
+    /// The settings every member of the cluster must share; joins and merges compare them.
+    settings: Vec<SharedSetting>,
+    /// When a refused join or merge was last logged (rate-limited).
+    mismatch_logged: Option<Instant>,
     outputs: VecDeque<GmsOutput>,
     events: VecDeque<GmsEvent>,
     stats: GmsStats,
@@ -176,6 +190,9 @@ impl Gms {
             announcers: BTreeMap::new(),
             bases: Bases::default(),
             delta_logged: None,
+            founding: Founding::default(),
+            settings: Vec::new(),
+            mismatch_logged: None,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             stats: GmsStats::default(),
@@ -189,6 +206,26 @@ impl Gms {
     #[cfg(feature = "sim")]
     pub fn set_sabotage(&mut self, sabotage: Sabotage) {
         self.sabotage = sabotage;
+    }
+
+    /// Sets when this member may found a cluster (default [`Founding::Alone`]). Call before
+    /// [`Gms::join`].
+    pub fn set_founding(&mut self, founding: Founding) {
+        self.founding = founding;
+    }
+
+    /// Sets the settings every member of the cluster must share (default: none). A joiner
+    /// sends them with its join request; as coordinator this member refuses joiners whose
+    /// settings differ ([`GmsMessage::JoinRefused`]) and does not merge with views announced
+    /// with other settings. At most [`SHARED_SETTINGS_MAX`](conclave_lock_api::wire::SHARED_SETTINGS_MAX)
+    /// are compared.
+    pub fn set_shared_settings(&mut self, settings: Vec<SharedSetting>) {
+        self.settings = settings;
+    }
+
+    /// The settings set by [`Gms::set_shared_settings`].
+    pub fn shared_settings(&self) -> &[SharedSetting] {
+        &self.settings
     }
 
     /// The highest view epoch this member has heard of (its own view's, or any seen in a
@@ -250,6 +287,8 @@ impl Gms {
             target: None,
             joiners: BTreeSet::new(),
             last_announce: None,
+            reported_alone: false,
+            refused: false,
         });
         self.handle_timeout(now);
     }
@@ -372,7 +411,11 @@ impl Gms {
         // us, and counting that would keep us from ever suspecting it.
         match discovery {
             Discovery::Ping => self.handle_ping(from),
-            Discovery::Announce { view, heard } => self.handle_announce(now, from, view, &heard),
+            Discovery::Announce {
+                view,
+                heard,
+                settings,
+            } => self.handle_announce(now, from, view, &heard, &settings),
         }
     }
 
@@ -380,7 +423,29 @@ impl Gms {
     pub fn handle_message(&mut self, now: Instant, from: &MemberId, message: GmsMessage) {
         self.note_alive(now, from);
         match message {
-            GmsMessage::JoinRequest => self.handle_join_request(now, from),
+            GmsMessage::JoinRequest => self.handle_join_request(now, from, &[]),
+            GmsMessage::Join { settings } => self.handle_join_request(now, from, &settings),
+            GmsMessage::JoinRefused {
+                setting,
+                coordinator_value,
+                joiner_value,
+            } => {
+                if let Phase::Joining(joining) = &mut self.phase {
+                    if joining.target.as_ref().is_some_and(|(t, _)| t == from) {
+                        joining.target = None;
+                        joining.refused = true;
+                        warn!(member = %self.local, coordinator = %from, %setting, %coordinator_value, %joiner_value, "join refused: a setting every member must share differs");
+                        self.events.push_back(GmsEvent::JoinProblem(
+                            JoinProblem::SettingMismatch {
+                                coordinator: from.clone(),
+                                setting,
+                                coordinator_value,
+                                joiner_value,
+                            },
+                        ));
+                    }
+                }
+            }
             GmsMessage::NotCoordinator => {
                 if let Phase::Joining(joining) = &mut self.phase {
                     if joining.target.as_ref().is_some_and(|(t, _)| t == from) {
@@ -487,9 +552,11 @@ impl Gms {
                 let mut next = j.next_ping;
                 if let Some((_, sent)) = &j.target {
                     next = next.min(*sent + self.config.join_timeout);
-                } else {
+                } else if self.may_still_found_or_report(j) {
                     // The lowest joiner founds after one quiet discovery timeout, any joiner
-                    // after two; the ping timer covers the first check.
+                    // after two; the ping timer covers the first check. (A joiner that may
+                    // not found has no such deadline once it reported: the ping timer checks
+                    // for joiners heard since.)
                     let quiet_since = j.last_announce.map_or(j.started, |t| t.max(j.started));
                     next = next.min(quiet_since + self.config.discovery_timeout * 2);
                 }
@@ -500,6 +567,19 @@ impl Gms {
                 .flatten()
                 .min(),
             Phase::Leaving { deadline } => Some(*deadline),
+        }
+    }
+
+    /// Whether a joiner's founding deadline can still lead to a founding or a report.
+    fn may_still_found_or_report(&self, joining: &Joining) -> bool {
+        if joining.refused {
+            return false;
+        }
+        let alone = joining.joiners.is_empty();
+        match self.founding {
+            Founding::Alone => true,
+            Founding::WithOthers => !alone || !joining.reported_alone,
+            Founding::Never => alone && !joining.reported_alone,
         }
     }
 
@@ -524,6 +604,7 @@ impl Gms {
                         discovery: Discovery::Announce {
                             view: view.clone(),
                             heard: Vec::new(),
+                            settings: self.settings.clone(),
                         },
                     });
                 }
@@ -532,7 +613,14 @@ impl Gms {
         }
     }
 
-    fn handle_announce(&mut self, now: Instant, from: &MemberId, view: View, heard: &[u128]) {
+    fn handle_announce(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        view: View,
+        heard: &[u128],
+        settings: &[SharedSetting],
+    ) {
         self.max_epoch_seen = self.max_epoch_seen.max(view.epoch());
         let is_coordinator = self.is_coordinator();
         match &mut self.phase {
@@ -544,7 +632,9 @@ impl Gms {
                     joining.target = Some((coordinator.clone(), now));
                     self.outputs.push_back(GmsOutput::Send {
                         to: coordinator,
-                        message: GmsMessage::JoinRequest,
+                        message: GmsMessage::Join {
+                            settings: self.settings.clone(),
+                        },
                     });
                 }
             }
@@ -553,6 +643,19 @@ impl Gms {
                     || self.announcers.contains_key(&from.incarnation())
                 {
                     self.announcers.insert(from.incarnation(), now);
+                }
+                if let Some((setting, ours, theirs)) =
+                    first_setting_mismatch(&self.settings, settings)
+                {
+                    self.stats.merges_refused += 1;
+                    if self
+                        .mismatch_logged
+                        .is_none_or(|at| now.saturating_duration_since(at) >= MISMATCH_LOG_INTERVAL)
+                    {
+                        self.mismatch_logged = Some(now);
+                        warn!(member = %self.local, coordinator = %from, setting, ours, theirs, "not merging with a view whose settings differ");
+                    }
+                    return;
                 }
                 let differs = self.view.as_ref().is_some_and(|v| v.id() != view.id());
                 let room = self.merge_candidates.len() < MAX_REMEMBERED
@@ -567,11 +670,30 @@ impl Gms {
         }
     }
 
-    fn handle_join_request(&mut self, now: Instant, from: &MemberId) {
+    fn handle_join_request(&mut self, now: Instant, from: &MemberId, settings: &[SharedSetting]) {
         if !self.is_coordinator() {
             self.outputs.push_back(GmsOutput::Send {
                 to: from.clone(),
                 message: GmsMessage::NotCoordinator,
+            });
+            return;
+        }
+        if let Some((setting, ours, theirs)) = first_setting_mismatch(&self.settings, settings) {
+            self.stats.joins_refused += 1;
+            if self
+                .mismatch_logged
+                .is_none_or(|at| now.saturating_duration_since(at) >= MISMATCH_LOG_INTERVAL)
+            {
+                self.mismatch_logged = Some(now);
+                warn!(member = %self.local, joiner = %from, setting, ours, theirs, "join refused: a setting every member must share differs");
+            }
+            self.outputs.push_back(GmsOutput::Send {
+                to: from.clone(),
+                message: GmsMessage::JoinRefused {
+                    setting: setting.to_owned(),
+                    coordinator_value: ours.to_owned(),
+                    joiner_value: theirs.to_owned(),
+                },
             });
             return;
         }
@@ -664,10 +786,24 @@ impl Gms {
                 .map_or(joining.started, |t| t.max(joining.started));
             let waited = now.saturating_duration_since(quiet_since);
             let lowest = joining.joiners.iter().all(|j| *j > self.local);
+            let alone = joining.joiners.is_empty();
             if waited >= self.config.discovery_timeout
                 && (lowest || waited >= self.config.discovery_timeout * 2)
             {
-                self.found(now);
+                let may_found = !joining.refused
+                    && match self.founding {
+                        Founding::Alone => true,
+                        Founding::WithOthers => !alone,
+                        Founding::Never => false,
+                    };
+                if may_found {
+                    self.found(now);
+                } else if alone && !joining.reported_alone && !joining.refused {
+                    joining.reported_alone = true;
+                    warn!(member = %self.local, founding = ?self.founding, "no member of the cluster answered; not founding one");
+                    self.events
+                        .push_back(GmsEvent::JoinProblem(JoinProblem::NobodyAnswered));
+                }
             }
         }
     }
@@ -715,6 +851,7 @@ impl Gms {
                     .push_back(GmsOutput::Discover(Discovery::Announce {
                         view: view.clone(),
                         heard,
+                        settings: self.settings.clone(),
                     }));
             }
             self.maybe_merge(now);

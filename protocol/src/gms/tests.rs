@@ -469,7 +469,15 @@ fn an_announced_view_of_the_last_epoch_does_not_overflow_the_merge() {
     let last = View::new(u64::MAX, vec![member(2)]).unwrap();
     // It heard member 1's announcements: a merge needs reachability both ways.
     let heard = vec![member(1).incarnation()];
-    g.handle_discovery(now, &member(2), Discovery::Announce { view: last, heard });
+    g.handle_discovery(
+        now,
+        &member(2),
+        Discovery::Announce {
+            view: last,
+            heard,
+            settings: Vec::new(),
+        },
+    );
     // The next announcement round merges.
     let until = now + GmsConfig::local().announce_interval * 2;
     while g.stats().merges_led == 0 && now < until {
@@ -812,3 +820,5 @@ fn a_view_that_keeps_a_member_of_another_lineage_is_a_merge() {
         assert_eq!(installed.1, expected, "member 3 follows m{lineage}");
     }
 }
+
+mod founding;

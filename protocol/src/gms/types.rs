@@ -66,6 +66,48 @@ pub enum GmsEvent {
     },
     /// This member has left the cluster (graceful leave done, or timed out waiting for it).
     Left,
+    /// This joiner cannot join (yet): see [`JoinProblem`]. It keeps looking; the caller
+    /// decides whether to wait or give up.
+    JoinProblem(JoinProblem),
+}
+
+/// Why a joiner has not joined, as [`GmsEvent::JoinProblem`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinProblem {
+    /// For the discovery timeout it heard of no cluster and no other joiner, and its
+    /// [`Founding`](super::Founding) rule forbids founding alone.
+    NobodyAnswered,
+    /// A coordinator refused it: a setting every member must share differs.
+    SettingMismatch {
+        /// The coordinator that refused.
+        coordinator: MemberId,
+        /// The setting's name.
+        setting: String,
+        /// The coordinator's value.
+        coordinator_value: String,
+        /// This joiner's value.
+        joiner_value: String,
+    },
+}
+
+impl std::fmt::Display for JoinProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinProblem::NobodyAnswered => {
+                f.write_str("no member of the cluster and no other joiner answered")
+            }
+            JoinProblem::SettingMismatch {
+                coordinator,
+                setting,
+                coordinator_value,
+                joiner_value,
+            } => write!(
+                f,
+                "coordinator {coordinator} refused the join: {setting} is {coordinator_value} \
+                 there and {joiner_value} here"
+            ),
+        }
+    }
 }
 
 /// Where a member is in its life cycle.
@@ -105,6 +147,10 @@ pub struct GmsStats {
     pub view_requests: u64,
     /// View deltas dropped for absurd sizes.
     pub view_deltas_dropped: u64,
+    /// Joiners refused by this member as coordinator because a shared setting differs.
+    pub joins_refused: u64,
+    /// Merges not made by this member as coordinator because a shared setting differs.
+    pub merges_refused: u64,
 }
 
 /// Test-only ways to break the protocol on purpose, proving the simulator's checkers can fail.

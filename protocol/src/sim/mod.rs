@@ -907,7 +907,7 @@ impl Simulation {
             EndpointEvent::Lock(notice) | EndpointEvent::ServiceLock { notice, .. } => {
                 return self.on_notice(index, notice)
             }
-            EndpointEvent::Left => return Ok(()),
+            EndpointEvent::Left | EndpointEvent::JoinProblem(_) => return Ok(()),
         };
         self.report.views_installed += 1;
         self.report.trace_hash = fnv(self.report.trace_hash, &view.epoch().to_le_bytes());

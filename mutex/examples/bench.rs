@@ -208,7 +208,9 @@ async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Re
         })?),
         (Net::Tcp(seeds), _) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
     };
-    let builder = builder.config(EndpointConfig::local());
+    let builder = builder
+        .config(EndpointConfig::local())
+        .founding(conclave::Founding::Alone);
     let builder = if std::env::var("CONCLAVE_BENCH_CACHE").is_ok_and(|v| v == "1") {
         builder.node_cache(NodeCacheConfig {
             enabled: true,

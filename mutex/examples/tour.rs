@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use conclave::faults::Faults;
 use conclave::udp::UdpMulticast;
-use conclave::{EndpointConfig, Node, View};
+use conclave::{EndpointConfig, Founding, Node, View};
 use futures::future::{select, Either};
 use futures::StreamExt;
 
@@ -31,11 +31,19 @@ async fn demo() -> Result<(), Error> {
     println!("== four nodes join the cluster \"orders\" over UDP on loopback");
     let mut nodes = Vec::new();
     for name in ["alice", "bob", "carol", "dave"] {
+        // The first member founds the cluster; the others must find it (a node that finds
+        // nobody fails to join instead of founding a second cluster: see `Founding`).
+        let founding = if nodes.is_empty() {
+            Founding::Alone
+        } else {
+            Founding::WithOthers
+        };
         let node = bounded(
             Node::builder("orders")
                 .name(name)
                 .transport(faults.wrap(UdpMulticast::loopback()?))
                 .config(EndpointConfig::local())
+                .founding(founding)
                 .join(),
         )
         .await??;

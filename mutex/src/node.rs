@@ -112,14 +112,14 @@ impl NodeBuilder {
         }
         if let Some(cache) = &self.node_cache {
             let ours = &config.locks.node_cache;
-            if given && *ours != defaults.locks.node_cache && ours != cache {
+            if given && ours.enabled && ours != cache {
                 return Err(NodeError::ConflictingSettings {
                     setting: "node_cache",
                     first: format!("{ours:?} (in config)"),
                     second: format!("{cache:?} (node_cache)"),
                 });
             }
-            config.locks.node_cache = cache.clone();
+            config.locks.node_cache = *cache;
         }
         Ok(config)
     }
@@ -144,8 +144,8 @@ impl NodeBuilder {
     /// The builder's methods compose in any order: [`NodeBuilder::partition_policy`] and
     /// [`NodeBuilder::node_cache`] set their part of the configuration whether they are called
     /// before or after this. A method called twice keeps the last value. A configuration whose
-    /// policy (or node cache) is not the default *and* differs from the one given by its own
-    /// method is a contradiction: [`NodeBuilder::join`] refuses it
+    /// policy is not the default, or whose node cache is enabled, *and* differs from the one
+    /// given by its own method is a contradiction: [`NodeBuilder::join`] refuses it
     /// ([`NodeError::ConflictingSettings`]).
     ///
     /// ```
@@ -163,7 +163,8 @@ impl NodeBuilder {
     ///         .await?;
     ///     // One member of three is no majority: nothing is granted.
     ///     let mutex = node.mutex("invoice-7")?;
-    ///     assert!(matches!(mutex.try_lock().await, Err(LockError::Unavailable)));
+    ///     let attempt = mutex.try_lock().await;
+    ///     assert!(matches!(attempt, Err(LockError::NotMember)), "{attempt:?}");
     ///     node.leave().await;
     ///     Ok::<(), Box<dyn std::error::Error>>(())
     /// })?;

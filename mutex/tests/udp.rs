@@ -32,6 +32,7 @@ fn two_nodes_exclude_each_other_over_udp() {
                     .name(name)
                     .transport(transport)
                     .config(EndpointConfig::local())
+                    .founding(conclave::Founding::Alone)
                     .join(),
             )
             .await
@@ -68,6 +69,7 @@ async fn grantor_and_client(cluster: &str, spin: std::time::Duration) -> (Node, 
                 .name(name)
                 .transport(UdpMulticast::bind(&config()).unwrap())
                 .config(EndpointConfig::local())
+                .founding(conclave::Founding::Alone)
                 .spin_wait(spin)
                 .join(),
         )

@@ -67,6 +67,7 @@ fn locks_stay_exclusive_under_loss_and_duplication() {
                     .name(format!("lossy-{i}"))
                     .transport(transport)
                     .config(config.clone())
+                    .founding(conclave::Founding::Alone)
                     .join(),
             )
             .await
@@ -141,6 +142,7 @@ fn a_new_grantor_rebuilds_thousands_of_holds_from_fragmented_reports() {
                     .name(name)
                     .transport(faults.wrap(UdpMulticast::bind(&udp).unwrap()))
                     .config(config.clone())
+                    .founding(conclave::Founding::Alone)
                     .join(),
             )
             .await

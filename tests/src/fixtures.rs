@@ -12,7 +12,7 @@ use conclave::memory::MemoryNetwork;
 use conclave::seal::ClusterKey;
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
-use conclave::{EndpointConfig, Node, View};
+use conclave::{EndpointConfig, Founding, Node, View};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
@@ -115,6 +115,10 @@ async fn udp_members(cluster: String, key: Option<ClusterKey>) -> Vec<Node> {
             .name(format!("u{i}"))
             .transport(UdpMulticast::bind(&udp_config()).unwrap())
             .config(EndpointConfig::local());
+        if i == 0 {
+            // The first founds the cluster; the others must find it (the default).
+            node = node.founding(Founding::Alone);
+        }
         if let Some(key) = &key {
             node = node.cluster_key(key.clone());
         }

@@ -100,6 +100,7 @@ impl Cluster {
             .name(name)
             .transport(tap.clone())
             .config(EndpointConfig::local())
+            .founding(conclave::Founding::Alone)
             .join_timeout(WAIT);
         if let Some(keys) = keys {
             builder = builder.keyring(keys);
@@ -509,6 +510,7 @@ async fn a_squatter_cannot_hold_a_members_connection(kind: Kind) {
         .name("m1")
         .transport(Tap::new(mesh))
         .config(EndpointConfig::local())
+        .founding(conclave::Founding::Alone)
         .join_timeout(WAIT)
         .keyring(ring.clone())
         .join();

@@ -396,6 +396,7 @@ async fn join(name: &str, net: &Net, meter: Meter) -> Result<Node, Error> {
     let builder = Node::builder("bench-scale")
         .name(name)
         .config(EndpointConfig::local())
+        .founding(conclave::Founding::Alone)
         .join_timeout(Duration::from_secs(30));
     let builder = super::spin_from_env(builder)?;
     let builder = match net {

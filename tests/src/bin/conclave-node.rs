@@ -3,8 +3,8 @@
 //! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS]
-//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never]
 //! ```
 //!
 //! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
@@ -16,8 +16,10 @@
 //! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
 //! term it promised, so fencing tokens never go back across restarts); `--key-file FILE` the
 //! cluster key (64 hex digits) that seals its traffic; `--suspect-ms MS` the failure detector's
-//! suspect timeout, in milliseconds, instead of the one-host timings'. The member name is 1 to 64 characters
-//! of `[A-Za-z0-9_.-]`.
+//! suspect timeout, in milliseconds, instead of the one-host timings'; `--founding` when the
+//! node may found a cluster (`conclave::Founding`; default `alone`, as the suite starts members
+//! one by one, while the library's default for these transports is `with-others`). The member
+//! name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
 //!
@@ -54,8 +56,8 @@ use conclave::seal::ClusterKey;
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{
-    DistributedMutex, EndpointConfig, LockError, LockEvent, LockStatus, MemberId, MutexGuard, Node,
-    PartitionPolicy, UnlockError, View,
+    DistributedMutex, EndpointConfig, Founding, LockError, LockEvent, LockStatus, MemberId,
+    MutexGuard, Node, PartitionPolicy, UnlockError, View,
 };
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -104,6 +106,7 @@ struct Args {
     data_dir: Option<PathBuf>,
     key_file: Option<PathBuf>,
     suspect: Option<Duration>,
+    founding: Founding,
 }
 
 /// Which transport, and where.
@@ -119,8 +122,18 @@ impl Args {
         let mut data_dir = None;
         let mut key_file = None;
         let mut suspect = None;
+        let mut founding = Founding::Alone;
         while let Some(arg) = args.next() {
-            if arg == "--suspect-ms" {
+            if arg == "--founding" {
+                founding = match args.next().as_deref() {
+                    Some("alone") => Founding::Alone,
+                    Some("with-others") => Founding::WithOthers,
+                    Some("never") => Founding::Never,
+                    other => {
+                        return Err(format!("--founding {other:?}: alone, with-others or never"))
+                    }
+                };
+            } else if arg == "--suspect-ms" {
                 let ms = args.next().ok_or("--suspect-ms needs milliseconds")?;
                 let ms: u64 = ms.parse().map_err(|e| format!("--suspect-ms {ms}: {e}"))?;
                 suspect = Some(Duration::from_millis(ms));
@@ -190,6 +203,7 @@ impl Args {
             data_dir,
             key_file,
             suspect,
+            founding,
         })
     }
 }
@@ -233,6 +247,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut builder = builder
         .name(args.name)
         .config(config)
+        .founding(args.founding)
         .join_timeout(JOIN_TIMEOUT);
     if let Some(cluster_size) = args.majority {
         builder = builder.partition_policy(PartitionPolicy::Majority { cluster_size });

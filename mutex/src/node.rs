@@ -387,14 +387,28 @@ impl NodeBuilder {
     }
 
     /// Starts the node's driver thread and waits until the node is in a view: it joined the
-    /// cluster's coordinator, or, finding none, founded the cluster.
+    /// cluster's coordinator, or, finding none, founded the cluster where its founding rule
+    /// allows it ([`NodeBuilder::founding`]).
     ///
     /// # Errors
-    /// [`NodeError`]: an invalid name or setting, no transport, a key that cannot be read, no
-    /// view within the join timeout (the node is stopped again), a thread that could not be
-    /// spawned, or [`NodeError::Authentication`]: the members found answered only that they
-    /// cannot open this member's packets (a wrong key, or a key on one side only). A member
-    /// that hears nobody at all founds a cluster of its own, as without a key.
+    /// Every error stops the node again.
+    /// - [`NodeError::InvalidName`], [`NodeError::Membership`], [`NodeError::Locks`],
+    ///   [`NodeError::Reliable`]: an invalid member name or setting;
+    ///   [`NodeError::ConflictingSettings`]: one setting given two different values.
+    /// - [`NodeError::NoTransport`]: no transport was given.
+    /// - [`NodeError::Key`]: a key file or variable that cannot be read.
+    /// - [`NodeError::DataDir`]: the data directory cannot be used.
+    /// - [`NodeError::NoCluster`]: nobody answered and this node may not found a cluster alone;
+    ///   it names every place the transport looked and what happened there. Comes about twice
+    ///   the discovery timeout after the start.
+    /// - [`NodeError::SettingMismatch`]: the coordinator refused this member because a
+    ///   setting every member must share differs (the policy, the cluster size, the lease).
+    /// - [`NodeError::Authentication`]: the members found answered only that they cannot open
+    ///   this member's packets (a wrong key, or a key on one side only).
+    /// - [`NodeError::JoinTimeout`]: no view within the join timeout (e.g. a coordinator that
+    ///   does not answer, or under [`Founding::Never`] only other joiners).
+    /// - [`NodeError::Spawn`]: the driver thread could not be started.
+    /// - [`NodeError::Shutdown`]: the node was shut down while joining.
     ///
     /// # Cancel safety
     /// Dropping the future before it completes stops the node again (leaving, joining its

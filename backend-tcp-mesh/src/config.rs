@@ -228,10 +228,13 @@ impl TcpConfig {
 #[non_exhaustive]
 pub enum TcpConfigError {
     /// The listen address is `0.0.0.0` or `::`; members could not dial it back.
-    #[error("bind address {0} is unspecified; listen on the address other members dial")]
+    #[error(
+        "TcpConfig::bind {0} is unspecified (0.0.0.0 or ::): listen on the address other \
+         members dial, which becomes part of this member's id"
+    )]
     UnspecifiedBind(SocketAddr),
     /// A seed has an unspecified IP or port 0.
-    #[error("seed {0} is not an address one can connect to")]
+    #[error("TcpConfig::seeds: {0} is not an address one can connect to")]
     BadSeed(SocketAddr),
     /// The frame size is outside 512..=65,535 bytes.
     #[error("max_frame {0} is outside 512..=65535")]

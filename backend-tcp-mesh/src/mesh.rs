@@ -21,7 +21,7 @@ use conclave_lock_api::seal::Keyring;
 use conclave_lock_api::wire::ClusterId;
 #[cfg(unix)]
 use conclave_lock_api::BlockingRecv;
-use conclave_lock_api::{Datagram, Transport};
+use conclave_lock_api::{Datagram, DiscoveryReport, Transport};
 use futures::future::select;
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::debug;
@@ -82,26 +82,43 @@ impl TcpMesh {
     /// Listens as `config` says. Nothing is dialled until the first send.
     ///
     /// # Errors
-    /// `InvalidInput` if the configuration does not validate; any error of the system calls
-    /// (address in use, address not available, ...).
+    /// `InvalidInput` if the configuration does not validate (the error inside is the
+    /// [`TcpConfigError`](crate::TcpConfigError), naming the setting; an unspecified
+    /// [`TcpConfig::bind`] is one); any error of the system calls (address in use, address not
+    /// available, ...), of the same kind, its message naming the setting and the address:
+    /// `binding the TCP listener (TcpConfig::bind) to 127.0.0.1:7800: Address already in use
+    /// (os error 98)`.
     pub fn bind(config: &TcpConfig) -> io::Result<Self> {
         config
             .validate()
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
-        let socket = Socket::new(
-            Domain::for_address(config.bind),
-            Type::STREAM,
-            Some(Protocol::TCP),
-        )?;
-        if config.bind.is_ipv6() {
-            socket.set_only_v6(true)?;
+        let bind = config.bind;
+        // Each error names the setting and the address.
+        let failed = |what: &'static str| {
+            move |e: io::Error| {
+                io::Error::new(e.kind(), format!("{what} (TcpConfig::bind {bind}): {e}"))
+            }
+        };
+        let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
+            .map_err(failed("opening the TCP listener's socket"))?;
+        if bind.is_ipv6() {
+            socket
+                .set_only_v6(true)
+                .map_err(failed("setting IPV6_V6ONLY on the TCP listener"))?;
         }
         // Lets a restarted member listen on its old port while old connections linger in
         // TIME_WAIT (on Windows the option means something else, and is not needed).
         #[cfg(unix)]
-        socket.set_reuse_address(true)?;
-        socket.bind(&config.bind.into())?;
-        socket.listen(BACKLOG)?;
+        socket
+            .set_reuse_address(true)
+            .map_err(failed("setting SO_REUSEADDR on the TCP listener"))?;
+        socket.bind(&bind.into()).map_err(|e| {
+            let what = format!("binding the TCP listener (TcpConfig::bind) to {bind}");
+            io::Error::new(e.kind(), format!("{what}: {e}"))
+        })?;
+        socket
+            .listen(BACKLOG)
+            .map_err(failed("listening on the TCP listener"))?;
         let listener = Async::new(TcpListener::from(socket))?;
         let local = listener.get_ref().local_addr()?;
         let bell = Arc::new(Doorbell::new()?);
@@ -235,6 +252,26 @@ impl Transport for TcpMesh {
         }
         self.lock().finish_close();
         debug!(local = %self.local, "TCP mesh closed");
+    }
+
+    /// One report per seed ([`TcpConfig::seeds`](crate::TcpConfig::seeds), but not this
+    /// member's own address), in address order:
+    /// - `Unreachable` with the last connect error (the system's text, such as
+    ///   `Connection refused (os error 111)`, or the `connect_timeout` that passed);
+    /// - `Refused` when a connection was made but its handshake failed (another cluster key,
+    ///   or none; not a Conclave TCP mesh; no hello in time) or the seed's frames name another
+    ///   cluster, protocol version or sealing;
+    /// - `Answered` once a frame of this member's cluster came from the seed (with a cluster
+    ///   key: once the handshake proved the key);
+    /// - `NoAnswer` when never tried, or connected with nothing heard yet.
+    ///
+    /// Without a cluster key a hello names no cluster, so the mesh compares the header of the
+    /// seed's frames with that of the first frame this member sent
+    /// ([`DatagramKind`](conclave_lock_api::wire::DatagramKind)). A seed that fails to connect
+    /// is also logged at WARN (`cannot connect to seed ...`), at most every 10 s per seed
+    /// unless its error changes.
+    fn discovery_report(&self) -> Vec<DiscoveryReport> {
+        self.lock().discovery_report()
     }
 
     /// Makes every connection prove a key of `keys` before it is trusted: see

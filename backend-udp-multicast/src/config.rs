@@ -11,10 +11,27 @@ use thiserror::Error;
 /// loopback interface with TTL 0. To span machines, set [`UdpConfig::bind`] and
 /// [`UdpConfig::interface`] to a real interface's address and [`UdpConfig::ttl`] to at least 1,
 /// and lower [`UdpConfig::max_datagram`] to the path MTU.
+///
+/// # The member's address
+/// The unicast socket's address ([`UdpConfig::bind`], with the real port once bound) is where
+/// other members send to this one and becomes part of its id
+/// ([`MemberId`](conclave_lock_api::MemberId)). So it must be one concrete address: an
+/// unspecified IP (`0.0.0.0`) is refused ([`UdpConfigError::UnspecifiedBind`]) rather than
+/// advertised, and rather than guessed from [`UdpConfig::interface`] (a socket bound to all
+/// addresses sends from whichever the route picks, which need not be the one advertised).
+/// Bind to the address of the interface the members share, usually the same as `interface`.
+///
+/// ```
+/// use conclave_udp::{UdpConfig, UdpConfigError};
+///
+/// let config = UdpConfig { bind: "0.0.0.0:7800".parse().unwrap(), ..UdpConfig::loopback() };
+/// assert_eq!(config.validate(), Err(UdpConfigError::UnspecifiedBind(config.bind)));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
-    /// The unicast socket's address; its port may be 0 (the system picks one). Default
-    /// `127.0.0.1:0`.
+    /// The unicast socket's address: where other members send to this one, and part of its id.
+    /// IPv4, not unspecified (see [the member's address](UdpConfig#the-members-address)); the
+    /// port may be 0 (the system picks one). Default `127.0.0.1:0`.
     pub bind: SocketAddr,
     /// The multicast group of discovery. Default `239.255.67.76` (IPv4 local scope).
     pub group: Ipv4Addr,
@@ -69,6 +86,9 @@ impl UdpConfig {
         if !self.bind.is_ipv4() {
             return Err(UdpConfigError::NotIpv4(self.bind));
         }
+        if self.bind.ip().is_unspecified() {
+            return Err(UdpConfigError::UnspecifiedBind(self.bind));
+        }
         Ok(())
     }
 }
@@ -78,17 +98,24 @@ impl UdpConfig {
 #[non_exhaustive]
 pub enum UdpConfigError {
     /// The group is not a multicast address (224.0.0.0/4).
-    #[error("{0} is not a multicast address")]
+    #[error("UdpConfig::group {0} is not a multicast address (224.0.0.0/4)")]
     NotMulticast(Ipv4Addr),
     /// The discovery port must be fixed and shared: not 0.
-    #[error("the discovery port must not be 0")]
+    #[error("UdpConfig::port, the discovery port every member shares, must not be 0")]
     ZeroPort,
     /// The datagram size is outside 512..=65,507 bytes.
-    #[error("max_datagram {0} is outside 512..=65507")]
+    #[error("UdpConfig::max_datagram {0} is outside 512..=65507")]
     DatagramSize(usize),
     /// Only IPv4 is supported for now.
-    #[error("{0} is not an IPv4 address")]
+    #[error("UdpConfig::bind {0} is not an IPv4 address")]
     NotIpv4(SocketAddr),
+    /// The unicast address is `0.0.0.0`: members could not tell where to send to this one
+    /// (see [the member's address](UdpConfig#the-members-address)).
+    #[error(
+        "UdpConfig::bind {0} is unspecified: bind to the address other members send to, \
+         which becomes part of this member's id (usually the address of UdpConfig::interface)"
+    )]
+    UnspecifiedBind(SocketAddr),
 }
 
 #[cfg(test)]
@@ -124,5 +151,27 @@ mod tests {
             ..UdpConfig::loopback()
         };
         assert_eq!(c.validate(), Err(UdpConfigError::DatagramSize(100)));
+    }
+
+    #[test]
+    fn an_unspecified_bind_is_refused_naming_the_setting() {
+        let bind: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let c = UdpConfig {
+            bind,
+            interface: Ipv4Addr::new(192, 0, 2, 1),
+            ..UdpConfig::loopback()
+        };
+        assert_eq!(c.validate(), Err(UdpConfigError::UnspecifiedBind(bind)));
+        let text = UdpConfigError::UnspecifiedBind(bind).to_string();
+        assert!(
+            text.starts_with("UdpConfig::bind 0.0.0.0:0 is unspecified"),
+            "{text}"
+        );
+        // The multicast interface may be left to the system: it is not the member's address.
+        let c = UdpConfig {
+            interface: Ipv4Addr::UNSPECIFIED,
+            ..UdpConfig::loopback()
+        };
+        assert_eq!(c.validate(), Ok(()));
     }
 }

@@ -1,19 +1,20 @@
 //! The UDP transport: one unicast socket, one multicast socket for discovery.
 
 use std::io::{self, ErrorKind};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use async_io::Async;
 use async_trait::async_trait;
 #[cfg(unix)]
 use std::time::Duration;
 
+use conclave_lock_api::wire::DatagramKind;
 #[cfg(unix)]
 use conclave_lock_api::{wake::WakePipe, BlockingRecv};
-use conclave_lock_api::{Datagram, Transport};
+use conclave_lock_api::{Datagram, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, Transport};
 use event_listener::Event;
 use futures::future::{select, Either};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -23,6 +24,8 @@ use crate::config::UdpConfig;
 
 /// The largest datagram a UDP socket can receive.
 const RECEIVE_BUFFER: usize = 65_536;
+/// The most clusters remembered from datagrams heard before this member sent its first.
+const MAX_EARLY: usize = 8;
 
 /// A [`Transport`] over UDP: unicast datagrams between members, multicast for discovery.
 ///
@@ -34,6 +37,12 @@ const RECEIVE_BUFFER: usize = 65_536;
 /// `WouldBlock`; the protocol retransmits. Datagrams longer than
 /// [`UdpConfig::max_datagram`] are refused with `InvalidInput`.
 ///
+/// # Discovery report
+/// [`Transport::discovery_report`] has one entry, the group on [`UdpConfig::interface`]:
+/// `Answered` once a datagram of this member's cluster came from another address (the
+/// transport compares its header with that of the first datagram this member sent), else
+/// `NoAnswer`. Datagrams of other clusters sharing the group do not count.
+///
 /// # Close
 /// [`Transport::close`] marks the transport closed: sends then fail with `NotConnected` and
 /// receives (pending ones included) end with `NotConnected`. The sockets themselves close
@@ -43,8 +52,13 @@ pub struct UdpMulticast {
     unicast: Async<UdpSocket>,
     multicast: Async<UdpSocket>,
     group: SocketAddr,
+    interface: IpAddr,
     local: SocketAddr,
     max_datagram: usize,
+    /// A datagram of our cluster came from another member: the discovery report's answer.
+    answered: AtomicBool,
+    /// What the report needs until `answered`.
+    heard: Mutex<Heard>,
     scratch: Mutex<Vec<u8>>,
     /// [`Transport::close`] was called.
     closed: AtomicBool,
@@ -61,6 +75,24 @@ pub struct UdpMulticast {
     ready: AtomicU8,
 }
 
+/// What the discovery report needs to know until a member of our cluster answers.
+#[derive(Debug, Default)]
+struct Heard {
+    /// What our own datagrams say, from the first one we sent.
+    ours: Option<DatagramKind>,
+    /// The clusters of datagrams heard before that (at most [`MAX_EARLY`]).
+    early: Vec<DatagramKind>,
+}
+
+/// Whether a datagram of kind `theirs` is of our cluster, ours being of kind `ours`.
+fn same_cluster(ours: DatagramKind, theirs: DatagramKind) -> bool {
+    match (ours, theirs) {
+        (DatagramKind::Plain { .. }, DatagramKind::Plain { .. })
+        | (DatagramKind::Sealed { .. }, DatagramKind::Sealed { .. }) => ours == theirs,
+        _ => false,
+    }
+}
+
 /// [`UdpMulticast::ready`]: the unicast socket.
 #[cfg(unix)]
 const UNICAST: u8 = 1;
@@ -72,22 +104,60 @@ impl UdpMulticast {
     /// Binds the unicast socket and joins the discovery group as `config` says.
     ///
     /// # Errors
-    /// `InvalidInput` if the configuration does not validate; any error of the system calls
-    /// (address in use, no such interface, ...).
+    /// `InvalidInput` if the configuration does not validate (the error inside is the
+    /// [`UdpConfigError`](crate::UdpConfigError), naming the setting; an unspecified
+    /// [`UdpConfig::bind`] is one); any error of the system calls (address in use, no such
+    /// interface, ...), of the same kind, its message naming the setting and the address:
+    /// `binding the UDP socket (UdpConfig::bind) to 127.0.0.1:7800: Address already in use
+    /// (os error 98)`.
     pub fn bind(config: &UdpConfig) -> io::Result<Self> {
         config
             .validate()
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
-        let unicast = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        unicast.bind(&config.bind.into())?;
-        unicast.set_multicast_if_v4(&config.interface)?;
-        unicast.set_multicast_ttl_v4(config.ttl)?;
-        unicast.set_multicast_loop_v4(config.multicast_loop)?;
+        let (bind, interface, group) = (config.bind, config.interface, config.group);
+        let unicast =
+            Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(context(
+                format_args!("opening the UDP socket (UdpConfig::bind {bind})"),
+            ))?;
+        unicast.bind(&bind.into()).map_err(context(format_args!(
+            "binding the UDP socket (UdpConfig::bind) to {bind}"
+        )))?;
+        unicast
+            .set_multicast_if_v4(&interface)
+            .map_err(context(format_args!(
+                "sending multicast on interface {interface} (UdpConfig::interface)"
+            )))?;
+        unicast
+            .set_multicast_ttl_v4(config.ttl)
+            .map_err(context(format_args!(
+                "setting UdpConfig::ttl {}",
+                config.ttl
+            )))?;
+        unicast
+            .set_multicast_loop_v4(config.multicast_loop)
+            .map_err(context(format_args!("setting UdpConfig::multicast_loop")))?;
 
-        let multicast = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        multicast.set_reuse_address(true)?;
+        let discovery = || {
+            format!(
+                "the discovery socket (UdpConfig::group, UdpConfig::port) {group}:{}",
+                config.port
+            )
+        };
+        let multicast = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+            .map_err(context(format_args!("opening {}", discovery())))?;
+        multicast
+            .set_reuse_address(true)
+            .map_err(context(format_args!(
+                "setting SO_REUSEADDR on {}",
+                discovery()
+            )))?;
         #[cfg(unix)]
-        multicast.set_reuse_port(true)?;
+        multicast
+            .set_reuse_port(true)
+            .map_err(context(format_args!(
+                "setting SO_REUSEPORT on {}",
+                discovery()
+            )))?;
         // Binding to the group address (where the system allows it) keeps datagrams of other
         // groups on the same port out of this socket.
         let bind_ip = if cfg!(unix) {
@@ -95,9 +165,25 @@ impl UdpMulticast {
         } else {
             std::net::Ipv4Addr::UNSPECIFIED
         };
-        multicast.bind(&SocketAddr::from((bind_ip, config.port)).into())?;
-        multicast.join_multicast_v4(&config.group, &config.interface)?;
-        multicast.set_multicast_loop_v4(config.multicast_loop)?;
+        let discovery_addr = SocketAddr::from((bind_ip, config.port));
+        multicast
+            .bind(&discovery_addr.into())
+            .map_err(context(format_args!(
+                "binding the discovery socket (UdpConfig::group, UdpConfig::port) to \
+                 {discovery_addr}"
+            )))?;
+        multicast
+            .join_multicast_v4(&group, &interface)
+            .map_err(context(format_args!(
+                "joining multicast group {group} (UdpConfig::group) on interface {interface} \
+                 (UdpConfig::interface)"
+            )))?;
+        multicast
+            .set_multicast_loop_v4(config.multicast_loop)
+            .map_err(context(format_args!(
+                "setting UdpConfig::multicast_loop on {}",
+                discovery()
+            )))?;
 
         let unicast = Async::new(UdpSocket::from(unicast))?;
         let multicast = Async::new(UdpSocket::from(multicast))?;
@@ -107,8 +193,11 @@ impl UdpMulticast {
             unicast,
             multicast,
             group: SocketAddr::from((config.group, config.port)),
+            interface: IpAddr::V4(config.interface),
             local,
             max_datagram: config.max_datagram,
+            answered: AtomicBool::new(false),
+            heard: Mutex::new(Heard::default()),
             scratch: Mutex::new(vec![0; RECEIVE_BUFFER]),
             closed: AtomicBool::new(false),
             #[cfg(unix)]
@@ -147,6 +236,9 @@ impl UdpMulticast {
                 ),
             ));
         }
+        if !self.answered.load(Ordering::Relaxed) {
+            self.sending(bytes);
+        }
         // The socket is non-blocking (async-io made it so): a full send buffer is
         // `WouldBlock`, and the datagram is dropped.
         self.unicast.get_ref().send_to(bytes, to).map(|_| ())
@@ -173,7 +265,45 @@ impl UdpMulticast {
     /// `datagram`, unless it is empty (no Conclave datagram is) or our own (the multicast
     /// loop brings our discovery datagrams back).
     fn for_us(&self, datagram: Datagram) -> Option<Datagram> {
-        (!datagram.bytes.is_empty() && datagram.from != self.local).then_some(datagram)
+        let ours = !datagram.bytes.is_empty() && datagram.from != self.local;
+        if ours && !self.answered.load(Ordering::Relaxed) {
+            self.heard(&datagram.bytes);
+        }
+        ours.then_some(datagram)
+    }
+
+    /// We send `bytes`: the first datagram tells our cluster (a notice does not).
+    fn sending(&self, bytes: &[u8]) {
+        let mut heard = self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        if heard.ours.is_some() {
+            return;
+        }
+        heard.ours =
+            DatagramKind::peek(bytes).filter(|kind| !matches!(kind, DatagramKind::Notice { .. }));
+        if let Some(ours) = heard.ours {
+            if heard.early.iter().any(|theirs| same_cluster(ours, *theirs)) {
+                self.answered.store(true, Ordering::Relaxed);
+            }
+            heard.early = Vec::new();
+        }
+    }
+
+    /// A datagram came from another address: of our cluster, an answer.
+    fn heard(&self, bytes: &[u8]) {
+        let Some(theirs) = DatagramKind::peek(bytes) else {
+            return;
+        };
+        let mut heard = self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        match heard.ours {
+            Some(ours) if same_cluster(ours, theirs) => {
+                self.answered.store(true, Ordering::Relaxed);
+            }
+            Some(_) => {}
+            None if heard.early.len() < MAX_EARLY && !heard.early.contains(&theirs) => {
+                heard.early.push(theirs);
+            }
+            None => {}
+        }
     }
 
     /// Takes one datagram from the sockets marked in `ready` (unicast first), unmarking each
@@ -286,6 +416,21 @@ impl Transport for UdpMulticast {
     fn blocking(&self) -> Option<&dyn BlockingRecv> {
         Some(self)
     }
+
+    /// The group on its interface: see [`UdpMulticast`]'s `# Discovery report`.
+    fn discovery_report(&self) -> Vec<DiscoveryReport> {
+        vec![DiscoveryReport {
+            place: DiscoveryPlace::Multicast {
+                group: self.group,
+                interface: self.interface,
+            },
+            outcome: if self.answered.load(Ordering::Relaxed) {
+                DiscoveryOutcome::Answered
+            } else {
+                DiscoveryOutcome::NoAnswer
+            },
+        }]
+    }
 }
 
 /// The driver's thread waits in `poll(2)` on both sockets, so the kernel wakes it directly
@@ -337,6 +482,13 @@ impl BlockingRecv for UdpMulticast {
     fn interrupt(&self) {
         self.doorbell.ring();
     }
+}
+
+/// Wraps an error of a system call in what was being done, naming the setting and the address
+/// (the kind stays).
+fn context(what: std::fmt::Arguments<'_>) -> impl FnOnce(io::Error) -> io::Error {
+    let what = what.to_string();
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 /// The error of sends and receives after [`Transport::close`].

@@ -19,6 +19,30 @@ pub enum LockNameError {
         /// The limit in bytes.
         max: usize,
     },
+    /// The name contains a control character (newline, tab, escape, ...), which would let it
+    /// forge or garble log lines and terminal output.
+    #[error("lock name contains a control character")]
+    ControlCharacter,
+}
+
+/// A cluster name was rejected ([`crate::ClusterName::new`]); nothing was created.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ClusterNameError {
+    /// The name is empty.
+    #[error("cluster name is empty")]
+    Empty,
+    /// The name is longer than allowed.
+    #[error("cluster name is {len} bytes long; the limit is {max}")]
+    TooLong {
+        /// Length of the rejected name in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The name contains a control character (newline, tab, escape, ...).
+    #[error("cluster name contains a control character")]
+    ControlCharacter,
 }
 
 /// A member name was rejected; nothing was created.

@@ -7,7 +7,96 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::MemberNameError;
+use crate::error::{ClusterNameError, MemberNameError};
+use crate::wire::ClusterId;
+
+/// The name of a cluster: non-empty UTF-8 of at most [`ClusterName::MAX_LEN`] bytes, without
+/// control characters. Only members with the same cluster name hear each other: every datagram
+/// carries its hash ([`ClusterName::id`]).
+///
+/// "Parse, don't validate": a `ClusterName` is valid by construction. Cloning one is cheap.
+///
+/// ```
+/// use conclave_lock_api::{ClusterName, ClusterNameError};
+///
+/// let name = ClusterName::new("billing-prod")?;
+/// assert_eq!(name.as_str(), "billing-prod");
+/// assert_eq!(ClusterName::new(""), Err(ClusterNameError::Empty));
+/// assert_eq!(ClusterName::new("a\nb"), Err(ClusterNameError::ControlCharacter));
+/// assert_eq!(
+///     ClusterName::new("c".repeat(65)),
+///     Err(ClusterNameError::TooLong { len: 65, max: 64 })
+/// );
+/// # Ok::<(), ClusterNameError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClusterName(Arc<str>);
+
+impl ClusterName {
+    /// The longest cluster name accepted, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates `name` and wraps it.
+    ///
+    /// # Errors
+    /// [`ClusterNameError::Empty`] for an empty name, [`ClusterNameError::TooLong`] above
+    /// [`ClusterName::MAX_LEN`] bytes, [`ClusterNameError::ControlCharacter`] for a name with a
+    /// control character (newline, tab, escape, ...).
+    pub fn new(name: impl Into<String>) -> Result<Self, ClusterNameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(ClusterNameError::Empty);
+        }
+        if name.len() > Self::MAX_LEN {
+            return Err(ClusterNameError::TooLong {
+                len: name.len(),
+                max: Self::MAX_LEN,
+            });
+        }
+        if name.chars().any(char::is_control) {
+            return Err(ClusterNameError::ControlCharacter);
+        }
+        Ok(Self(name.into()))
+    }
+
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The cluster's id on the wire: [`ClusterId::from_name`] of the name.
+    pub fn id(&self) -> ClusterId {
+        ClusterId::from_name(&self.0)
+    }
+}
+
+impl TryFrom<String> for ClusterName {
+    type Error = ClusterNameError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl TryFrom<&str> for ClusterName {
+    type Error = ClusterNameError;
+
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl fmt::Display for ClusterName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ClusterName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 /// The identity of one member: one process incarnation in the cluster.
 ///
@@ -270,6 +359,27 @@ mod tests {
             Err(MemberNameError::ControlCharacter)
         );
         assert!(MemberId::new(1, "", addr()).is_ok());
+    }
+
+    #[test]
+    fn cluster_names_are_validated() {
+        assert_eq!(ClusterName::new(""), Err(ClusterNameError::Empty));
+        assert_eq!(
+            ClusterName::new("c".repeat(65)),
+            Err(ClusterNameError::TooLong { len: 65, max: 64 })
+        );
+        assert!(ClusterName::new("c".repeat(64)).is_ok());
+        for name in ["a\nb", "\t", "\u{1b}[0m", "nul\0", "\u{7f}"] {
+            assert_eq!(
+                ClusterName::new(name),
+                Err(ClusterNameError::ControlCharacter),
+                "{name:?}"
+            );
+        }
+        let name = ClusterName::try_from("orders eu-west/1").expect("valid");
+        assert_eq!(name.to_string(), "orders eu-west/1");
+        assert_eq!(format!("{name:?}"), "\"orders eu-west/1\"");
+        assert_eq!(name.id(), ClusterId::from_name("orders eu-west/1"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! This crate depends on nothing else of Conclave's. It defines:
 //!
-//! - identities: [`MemberId`] (one per process incarnation), [`OwnerId`], [`RequestId`];
+//! - identities: [`ClusterName`] (validated), [`MemberId`] (one per process incarnation),
+//!   [`OwnerId`], [`RequestId`];
 //! - membership: [`ViewId`] and [`View`];
 //! - locks: [`LockName`] (validated), [`LockMode`], [`FencingToken`], [`LockEvent`];
 //! - the wire format ([`wire`]): every protocol message as a serde type, encoded as CBOR inside a
@@ -39,9 +40,9 @@ pub use backend::{
     Acquire, GrantorTable, HeldLock, LockBackend, LockLost, LockStatus, LostHandler,
     UnexpectedHandler, UnexpectedLock,
 };
-pub use error::{LockError, LockNameError, MemberNameError, UnlockError};
+pub use error::{ClusterNameError, LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason, UnexpectedGrant};
-pub use ids::{MemberId, OwnerId, RequestId};
+pub use ids::{ClusterName, MemberId, OwnerId, RequestId};
 pub use lock::{FencingToken, LockMode, LockName, ServiceName};
 pub use transport::{
     BlockingRecv, Datagram, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, Transport,

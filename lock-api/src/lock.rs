@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LockNameError;
 
-/// A validated name type: a newtype over non-empty UTF-8 of at most `MAX_LEN` bytes, valid by
-/// construction ("parse, don't validate"), including when it is decoded from the network.
+/// A validated name type: a newtype over non-empty UTF-8 of at most `MAX_LEN` bytes without
+/// control characters, valid by construction ("parse, don't validate"), including when it is
+/// decoded from the network.
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $max:expr) => {
         $(#[$doc])*
@@ -28,7 +29,8 @@ macro_rules! name_type {
             #[doc = concat!(
                 "[`LockNameError::Empty`] for an empty name, [`LockNameError::TooLong`] above [`",
                 stringify!($name),
-                "::MAX_LEN`] bytes."
+                "::MAX_LEN`] bytes, [`LockNameError::ControlCharacter`] for a name with a \
+                 control character (newline, tab, escape, ...)."
             )]
             pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
                 let name = name.into();
@@ -40,6 +42,9 @@ macro_rules! name_type {
                         len: name.len(),
                         max: Self::MAX_LEN,
                     });
+                }
+                if name.chars().any(char::is_control) {
+                    return Err(LockNameError::ControlCharacter);
                 }
                 Ok(Self(name.into()))
             }
@@ -85,16 +90,18 @@ macro_rules! name_type {
 }
 
 name_type!(
-    /// The name of a distributed lock: non-empty UTF-8 of at most [`LockName::MAX_LEN`] bytes.
+    /// The name of a distributed lock: non-empty UTF-8 of at most [`LockName::MAX_LEN`] bytes,
+    /// without control characters (it appears in logs and events).
     ///
     /// "Parse, don't validate": a `LockName` is valid by construction, including when it is
-    /// decoded from the network.
+    /// decoded from the network (a message naming an invalid lock is dropped as malformed).
     ///
     /// ```
     /// use conclave_lock_api::{LockName, LockNameError};
     ///
     /// assert!(LockName::new("orders/42").is_ok());
     /// assert_eq!(LockName::new("x".repeat(300)), Err(LockNameError::TooLong { len: 300, max: 255 }));
+    /// assert_eq!(LockName::new("a\nb"), Err(LockNameError::ControlCharacter));
     /// ```
     LockName,
     255
@@ -103,14 +110,15 @@ name_type!(
 name_type!(
     /// The name of a lock service: an independent namespace of locks on the same cluster
     /// (Geode's named `DistributedLockService`), with its own grantor, reconciliation and
-    /// events. Non-empty UTF-8 of at most [`ServiceName::MAX_LEN`] bytes; valid by
-    /// construction, including when decoded from the network.
+    /// events. Non-empty UTF-8 of at most [`ServiceName::MAX_LEN`] bytes, without control
+    /// characters; valid by construction, including when decoded from the network.
     ///
     /// ```
     /// use conclave_lock_api::{LockNameError, ServiceName};
     ///
     /// assert_eq!(ServiceName::new("billing")?.as_str(), "billing");
     /// assert_eq!(ServiceName::new(""), Err(LockNameError::Empty));
+    /// assert_eq!(ServiceName::new("bill\ting"), Err(LockNameError::ControlCharacter));
     /// # Ok::<(), LockNameError>(())
     /// ```
     ServiceName,
@@ -145,10 +153,11 @@ impl LockMode {
 ///
 /// assert!(FencingToken::new(3, 0) > FencingToken::new(2, 999));
 /// assert_eq!(FencingToken::new(3, 7).epoch(), 3);
+/// // Both formats show the two parts, epoch first.
+/// assert_eq!(FencingToken::new(3, 7).to_string(), "3.7");
+/// assert_eq!(format!("{:?}", FencingToken::new(3, 7)), "FencingToken(3.7)");
 /// ```
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {
@@ -169,8 +178,17 @@ impl FencingToken {
 }
 
 impl fmt::Display for FencingToken {
+    /// `epoch.counter`, e.g. `1.121`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.epoch(), self.counter())
+    }
+}
+
+impl fmt::Debug for FencingToken {
+    /// `FencingToken(epoch.counter)`, the parts [`fmt::Display`] shows (the raw number mixes
+    /// them: `FencingToken(1.121)` is `(1 << 32) + 121`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FencingToken({self})")
     }
 }
 
@@ -185,6 +203,58 @@ mod tests {
             LockName::new("x".repeat(256)),
             Err(LockNameError::TooLong { len: 256, max: 255 })
         );
+        assert!(
+            LockName::new("é".repeat(127)).is_ok(),
+            "bytes, not characters"
+        );
+        assert!(LockName::new("é".repeat(128)).is_err());
+    }
+
+    #[test]
+    fn names_are_printable() {
+        for name in [
+            "a\nb",
+            "\t",
+            "tail\r",
+            "\u{1b}[31mred",
+            "nul\0",
+            "\u{85}next-line",
+        ] {
+            assert_eq!(
+                LockName::new(name),
+                Err(LockNameError::ControlCharacter),
+                "{name:?}"
+            );
+            assert_eq!(
+                ServiceName::new(name),
+                Err(LockNameError::ControlCharacter),
+                "{name:?}"
+            );
+        }
+        for name in ["orders/42", "a b", "zählung", "🔒", "x.y-z_1"] {
+            assert!(LockName::new(name).is_ok(), "{name:?}");
+            assert!(ServiceName::new(name).is_ok(), "{name:?}");
+        }
+        assert_eq!(ServiceName::new(""), Err(LockNameError::Empty));
+        assert_eq!(
+            ServiceName::new("s".repeat(65)),
+            Err(LockNameError::TooLong { len: 65, max: 64 })
+        );
+    }
+
+    #[test]
+    fn names_decoded_from_the_wire_are_validated() {
+        let decode = |name: &str| ciborium::from_reader::<LockName, _>(cbor_text(name).as_slice());
+        assert_eq!(decode("ok").ok().map(String::from), Some("ok".to_owned()));
+        assert!(decode("a\nb").is_err());
+        assert!(decode("").is_err());
+    }
+
+    /// `name` as a CBOR text string.
+    fn cbor_text(name: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(&name, &mut out).expect("encodes");
+        out
     }
 
     #[test]
@@ -202,5 +272,17 @@ mod tests {
         assert!(a < b);
         assert_eq!(b.counter(), 0);
         assert_eq!(a.to_string(), format!("1.{}", u32::MAX));
+    }
+
+    #[test]
+    fn debug_shows_the_parts_display_shows() {
+        let token = FencingToken::new(1, 121);
+        assert_eq!(token.0, 4_294_967_417);
+        assert_eq!(token.to_string(), "1.121");
+        assert_eq!(format!("{token:?}"), "FencingToken(1.121)");
+        assert_eq!(
+            format!("{:?}", Some(FencingToken::default())),
+            "Some(FencingToken(0.0))"
+        );
     }
 }

@@ -155,11 +155,12 @@ fn arb_request_id() -> impl Strategy<Value = RequestId> {
     arb_u64().prop_map(RequestId)
 }
 
-/// Lock names: 1..=255 bytes of any characters (control characters are allowed in lock names).
+/// Lock names: 1..=255 bytes of non-control characters, multibyte included.
 fn arb_lock_name() -> BoxedStrategy<LockName> {
     let max = LockName::MAX_LEN;
     prop_oneof![
-        3 => prop::collection::vec(arb_char(), 1..=max).prop_map(move |chars| fit(chars, max)),
+        3 => prop::collection::vec(arb_char().prop_filter("control", |c| !c.is_control()), 1..=max)
+            .prop_map(move |chars| fit(chars, max)),
         1 => (1..=max).prop_map(|n| "l".repeat(n)),
     ]
     .prop_map(|name| LockName::new(name).expect("the strategy only makes valid lock names"))
@@ -1746,6 +1747,42 @@ fn decoded_member_names_are_validated() {
             "invalid member name {name:?} was accepted: {result:?}"
         );
     }
+}
+
+/// `LockName::new` refuses empty names, names over 255 bytes and control characters; a message
+/// naming such a lock is malformed (the receiver drops it), never decoded into a name that could
+/// not be built locally.
+#[test]
+fn decoded_lock_names_are_validated() {
+    let cancel = |name: &str| {
+        wire::encode_message(&Message::Lock(LockMessage::Cancel {
+            request: RequestId(1),
+            name: LockName::new(name).expect("valid"),
+        }))
+        .expect("encodes")
+    };
+    let valid = cancel("abXcd");
+    assert!(wire::decode_message(&valid).is_ok());
+    // The name's CBOR text: a one-byte head (major type 3, length 5), then its bytes.
+    let at = valid
+        .windows(6)
+        .position(|w| w == b"\x65abXcd")
+        .expect("the name is in the message");
+    let with_name = |text: &[u8]| [&valid[..at], text, &valid[at + 6..]].concat();
+    assert_eq!(with_name(b"\x65abXcd"), valid, "the splice is faithful");
+    for control in [b'\n', b'\t', 0x1b, 0, 0x7f] {
+        let bytes = with_name(&[0x65, b'a', b'b', control, b'c', b'd']);
+        let result = wire::decode_message(&bytes);
+        assert!(
+            is_malformed(&result),
+            "lock name with {control:#x} was accepted: {result:?}"
+        );
+    }
+    let empty = wire::decode_message(&with_name(&[0x60]));
+    assert!(is_malformed(&empty), "empty lock name accepted: {empty:?}");
+    let long = [&[0x79, 0x01, 0x00][..], &[b'l'; 256]].concat();
+    let long = wire::decode_message(&with_name(&long));
+    assert!(is_malformed(&long), "256-byte lock name accepted: {long:?}");
 }
 
 fn packet_body_with_sender(sender: &[u8]) -> Vec<u8> {

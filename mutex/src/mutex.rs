@@ -67,7 +67,17 @@ impl DistributedMutex {
     /// Waits until the lock is granted, in FIFO order with the other waiters.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] if the node shuts down first.
+    /// - [`LockError::Shutdown`]: the node shut down or left the cluster first.
+    /// - [`LockError::NotMember`]: under [`PartitionPolicy::Majority`](crate::PartitionPolicy::Majority),
+    ///   this node has been in a view without a majority of the cluster for the lock lease;
+    ///   the request was withdrawn.
+    /// - [`LockError::ServiceDestroyed`]: a handle of a named [`LockService`](crate::LockService)
+    ///   destroyed on this node; [`LockError::TooManyServices`]: that service had to be
+    ///   opened again here, and the node already runs the most services it may.
+    /// - [`LockError::Lost`]: with a [lease](Lock::lease), on the local backend
+    ///   ([`Node::local`](crate::Node::local)), the lease ran out between the grant and the
+    ///   future's next poll.
+    /// - [`LockError::Cancelled`]: the future was polled again after it completed.
     ///
     /// # Cancel safety
     /// The request is registered on the first poll. Dropping the future before it completes
@@ -80,8 +90,16 @@ impl DistributedMutex {
     /// Takes the lock only if it is free now; never queues.
     ///
     /// # Errors
-    /// [`LockError::WouldBlock`] if another owner holds it (or the grantor cannot grant at this
-    /// moment, e.g. while it rebuilds its table); [`LockError::Shutdown`].
+    /// - [`LockError::WouldBlock`]: another owner holds it.
+    /// - [`LockError::Unavailable`]: the lock may be free, but no grantor can grant it at this
+    ///   moment: a new grantor rebuilding its table after a failover, or (under `Majority`)
+    ///   waiting out the earlier grantor's leases or lacking a majority's support. Retry
+    ///   shortly.
+    /// - [`LockError::NotMember`]: under `Majority`, this node is in a view without a majority
+    ///   of the cluster (answered at once).
+    /// - [`LockError::Shutdown`], [`LockError::ServiceDestroyed`],
+    ///   [`LockError::TooManyServices`], [`LockError::Lost`], [`LockError::Cancelled`]: as for
+    ///   [`DistributedMutex::lock`].
     ///
     /// # Cancel safety
     /// As [`DistributedMutex::lock`].
@@ -93,7 +111,10 @@ impl DistributedMutex {
     /// withdraws the request at the grantor when it passes.
     ///
     /// # Errors
-    /// [`LockError::Timeout`] when the deadline passes; [`LockError::Shutdown`].
+    /// - [`LockError::Timeout`]: the deadline passed first; the request was withdrawn.
+    /// - [`LockError::Shutdown`], [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
+    ///   [`LockError::TooManyServices`], [`LockError::Lost`], [`LockError::Cancelled`]: as for
+    ///   [`DistributedMutex::lock`].
     ///
     /// # Cancel safety
     /// As [`DistributedMutex::lock`].

@@ -112,10 +112,12 @@ impl ReentrantLock {
     /// Takes the lock, at once if this owner holds it already, else waiting in FIFO order.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] if the node shuts down first. [`LockError::Lost`] if this owner
-    /// holds the lock but that hold was lost (minority, lease, duplicate): a lost hold is never
-    /// entered again and the hold count does not change; drop the remaining guards and lock
-    /// afresh.
+    /// - [`LockError::Lost`]: this owner holds the lock but that hold was lost (minority,
+    ///   lease, duplicate): a lost hold is never entered again and the hold count does not
+    ///   change; drop the remaining guards and lock afresh.
+    /// - [`LockError::Shutdown`], [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
+    ///   [`LockError::TooManyServices`], [`LockError::Cancelled`]: as for
+    ///   [`DistributedMutex::lock`](crate::DistributedMutex::lock).
     ///
     /// # Cancel safety
     /// As [`crate::DistributedMutex::lock`]; a clone waiting for this request takes over when
@@ -127,8 +129,11 @@ impl ReentrantLock {
     /// Takes the lock if this owner holds it already or it is free now.
     ///
     /// # Errors
-    /// [`LockError::WouldBlock`] if another owner holds it; [`LockError::Shutdown`];
-    /// [`LockError::Lost`] as for [`ReentrantLock::lock`].
+    /// [`LockError::WouldBlock`] if another owner holds it; [`LockError::Unavailable`] and
+    /// [`LockError::NotMember`] as for
+    /// [`DistributedMutex::try_lock`](crate::DistributedMutex::try_lock); otherwise as
+    /// [`ReentrantLock::lock`]: [`LockError::Lost`], [`LockError::Shutdown`],
+    /// [`LockError::ServiceDestroyed`], [`LockError::TooManyServices`], [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].
@@ -139,8 +144,9 @@ impl ReentrantLock {
     /// Waits at most `timeout`.
     ///
     /// # Errors
-    /// [`LockError::Timeout`]; [`LockError::Shutdown`]; [`LockError::Lost`] as for
-    /// [`ReentrantLock::lock`].
+    /// [`LockError::Timeout`] when the deadline passes; otherwise as [`ReentrantLock::lock`]:
+    /// [`LockError::Lost`], [`LockError::Shutdown`], [`LockError::NotMember`],
+    /// [`LockError::ServiceDestroyed`], [`LockError::TooManyServices`], [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`ReentrantLock::lock`].

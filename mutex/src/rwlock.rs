@@ -65,7 +65,9 @@ impl RwLock {
     /// Waits for shared access.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] if the node shuts down first.
+    /// As [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
+    /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`crate::DistributedMutex::lock`]: dropping the future withdraws the request.
@@ -76,7 +78,11 @@ impl RwLock {
     /// Shared access if it can be had now.
     ///
     /// # Errors
-    /// [`LockError::WouldBlock`] if a writer holds the lock; [`LockError::Shutdown`].
+    /// [`LockError::WouldBlock`] if a writer holds the lock; otherwise as
+    /// [`DistributedMutex::try_lock`](crate::DistributedMutex::try_lock):
+    /// [`LockError::Unavailable`], [`LockError::NotMember`], [`LockError::Shutdown`],
+    /// [`LockError::ServiceDestroyed`], [`LockError::TooManyServices`], [`LockError::Lost`],
+    /// [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].
@@ -87,7 +93,10 @@ impl RwLock {
     /// Waits at most `timeout` for shared access.
     ///
     /// # Errors
-    /// [`LockError::Timeout`]; [`LockError::Shutdown`].
+    /// [`LockError::Timeout`] when the deadline passes; otherwise as
+    /// [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
+    /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].
@@ -98,7 +107,7 @@ impl RwLock {
     /// Waits for exclusive access.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] if the node shuts down first.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].
@@ -109,7 +118,11 @@ impl RwLock {
     /// Exclusive access if it can be had now.
     ///
     /// # Errors
-    /// [`LockError::WouldBlock`] if anyone holds the lock; [`LockError::Shutdown`].
+    /// [`LockError::WouldBlock`] if anyone holds the lock; otherwise as
+    /// [`DistributedMutex::try_lock`](crate::DistributedMutex::try_lock):
+    /// [`LockError::Unavailable`], [`LockError::NotMember`], [`LockError::Shutdown`],
+    /// [`LockError::ServiceDestroyed`], [`LockError::TooManyServices`], [`LockError::Lost`],
+    /// [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].
@@ -120,7 +133,10 @@ impl RwLock {
     /// Waits at most `timeout` for exclusive access.
     ///
     /// # Errors
-    /// [`LockError::Timeout`]; [`LockError::Shutdown`].
+    /// [`LockError::Timeout`] when the deadline passes; otherwise as
+    /// [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
+    /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].

@@ -69,8 +69,8 @@ impl LockService {
     /// A distributed mutex for `name` in this service. See [`Node::mutex`](crate::Node::mutex).
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than
-    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than
+    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes or contains a control character.
     pub fn mutex(&self, name: impl Into<String>) -> Result<DistributedMutex, LockNameError> {
         handles::mutex(&self.backend, name)
     }
@@ -79,8 +79,8 @@ impl LockService {
     /// [`Node::rw_lock`](crate::Node::rw_lock).
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than
-    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than
+    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes or contains a control character.
     pub fn rw_lock(&self, name: impl Into<String>) -> Result<RwLock, LockNameError> {
         handles::rw_lock(&self.backend, name)
     }
@@ -89,8 +89,8 @@ impl LockService {
     /// [`Node::reentrant_lock`](crate::Node::reentrant_lock).
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than
-    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than
+    /// [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes or contains a control character.
     pub fn reentrant_lock(&self, name: impl Into<String>) -> Result<ReentrantLock, LockNameError> {
         handles::reentrant_lock(&self.backend, name)
     }
@@ -119,7 +119,9 @@ impl LockService {
     /// # Errors
     /// [`LockError::TransferRefused`] under [`crate::PartitionPolicy::Majority`];
     /// [`LockError::ServiceDestroyed`] once the service was destroyed here;
-    /// [`LockError::Shutdown`] if the node stops first.
+    /// [`LockError::TooManyServices`] if the service had to be opened again on this node,
+    /// which already runs the most services it may; [`LockError::Shutdown`] if the node stops
+    /// first.
     ///
     /// # Cancel safety
     /// Dropping the future stops waiting; the request for the role stands.
@@ -133,7 +135,9 @@ impl LockService {
     /// # Errors
     /// [`LockError::Unavailable`] if no grantor could answer (retry shortly);
     /// [`LockError::ServiceDestroyed`] once the service was destroyed here;
-    /// [`LockError::Shutdown`] if the node stopped.
+    /// [`LockError::TooManyServices`] if the service had to be opened again on this node,
+    /// which already runs the most services it may; [`LockError::Shutdown`] if the node
+    /// stopped.
     ///
     /// # Cancel safety
     /// Dropping the future forgets the question.

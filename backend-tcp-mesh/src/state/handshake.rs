@@ -211,6 +211,14 @@ impl State {
         } else {
             *suppressed += 1;
         }
+        // A seed dialled under an alias, or one that dialled us.
+        for addr in conn
+            .dialled
+            .into_iter()
+            .chain(peer.filter(|p| Some(*p) != conn.dialled))
+        {
+            self.discovery.refused(addr, what, false, now);
+        }
         if let Some(addr) = conn.dialled {
             self.backoff(addr, now);
         }
@@ -260,7 +268,9 @@ impl State {
         };
         let (deadline, outbound, dialled) = (conn.deadline, conn.outbound, conn.dialled);
         self.note_deadline(deadline);
+        self.discovery.greeted(hello.addr);
         if let Some(dialled) = dialled {
+            self.discovery.greeted(dialled);
             self.peers.entry(dialled).or_default().succeeded();
             if dialled != hello.addr {
                 debug!(%dialled, member = %hello.addr, "member dialled under an alias");

@@ -1,5 +1,6 @@
 //! The mesh's state and the steps on it: accepting, dialling, sending, reading, timeouts. The
-//! handshake and duplicate resolution live in `handshake`, closing in `close`.
+//! handshake and duplicate resolution live in `handshake`, closing in `close`, what happened at
+//! each seed in `discovery`.
 //!
 //! All of it is synchronous and non-blocking, called with the mesh's lock held: by
 //! `send_to`/`send_discovery` for sends, by `recv` ([`State::drive`]) for everything else, and
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use async_io::Async;
 use conclave_lock_api::seal::Keyring;
 use conclave_lock_api::wire::ClusterId;
-use conclave_lock_api::Datagram;
+use conclave_lock_api::{Datagram, DiscoveryReport};
 use tracing::{debug, trace, warn};
 
 use crate::config::TcpConfig;
@@ -28,8 +29,10 @@ use crate::peer::Peer;
 use crate::queue::Total;
 use crate::stats::TcpStats;
 use crate::wake::{Doorbell, Token, LISTENER};
+use discovery::Discovery;
 
 mod close;
+mod discovery;
 mod handshake;
 #[cfg(unix)]
 mod watch;
@@ -94,6 +97,8 @@ pub(crate) struct State {
     notices: VecDeque<Datagram>,
     /// When a failed authentication was last logged, and how many since went unlogged.
     auth_logged: (Option<Instant>, u64),
+    /// What happened at each seed.
+    discovery: Discovery,
     bell: Arc<Doorbell>,
     listener: Option<Arc<Async<TcpListener>>>,
     listener_waker: Waker,
@@ -139,6 +144,7 @@ impl State {
         }
         .encode();
         Self {
+            discovery: Discovery::new(&config.seeds, local),
             config,
             local,
             instance,
@@ -171,6 +177,7 @@ impl State {
     /// Makes every connection from now on prove a key of `keys` (see
     /// `Transport::use_keyring`). Connections already open were made without: they are closed.
     pub(crate) fn use_keyring(&mut self, cluster: ClusterId, keys: Keyring, session: [u8; 16]) {
+        self.discovery.keyed(cluster);
         self.auth = Some(Auth {
             cluster,
             keys,
@@ -238,6 +245,11 @@ impl State {
         }
     }
 
+    /// Every seed and what happened there (see `Transport::discovery_report`).
+    pub(crate) fn discovery_report(&self) -> Vec<DiscoveryReport> {
+        self.discovery.report()
+    }
+
     /// The mesh-wide total of queued bytes (see [`State::total`]).
     fn queued_bytes(&self) -> usize {
         let total = self.total.get();
@@ -277,6 +289,7 @@ impl State {
         if self.closing {
             return Err(closed());
         }
+        self.discovery.sending(payload);
         if to == self.local {
             self.send_to_self(payload);
             return Ok(());
@@ -475,6 +488,7 @@ impl State {
             Ok(pair) => pair,
             Err(error) => {
                 debug!(%addr, %error, "connect failed");
+                self.discovery.connect_failed(addr, &error, now);
                 self.stats.connect_failures += 1;
                 self.backoff(addr, now);
                 return None;
@@ -598,6 +612,9 @@ impl State {
                 Poll::Ready(Ok(())) => {
                     let deadline = now.checked_add(self.config.handshake_timeout);
                     conn.deadline = deadline;
+                    if let Some(dialled) = conn.dialled {
+                        self.discovery.connected(dialled);
+                    }
                     self.note_deadline(deadline);
                 }
             }
@@ -622,6 +639,10 @@ impl State {
                 Ok(Received::Frame(payload)) => match conn.hello {
                     Some(hello) => {
                         conn.last_rx = Some(now);
+                        if let Some(dialled) = conn.dialled.filter(|d| *d != hello.addr) {
+                            self.discovery.heard(dialled, &payload);
+                        }
+                        self.discovery.heard(hello.addr, &payload);
                         self.stats.frames_received += 1;
                         self.schedule(token);
                         return Some(Datagram {
@@ -672,6 +693,7 @@ impl State {
         self.stats.connect_failures += 1;
         if let Some(addr) = conn.dialled {
             debug!(%addr, %error, "connect failed");
+            self.discovery.connect_failed(addr, error, now);
             self.backoff(addr, now);
         }
     }
@@ -688,6 +710,8 @@ impl State {
         self.stats.handshake_failures += 1;
         debug!(peer = ?conn.member(), %error, "connection closed before its hello");
         if let Some(addr) = conn.dialled {
+            let why = format!("the connection closed before its hello: {error}");
+            self.discovery.refused(addr, why, true, now);
             self.backoff(addr, now);
         }
     }
@@ -700,6 +724,8 @@ impl State {
         self.stats.violations += 1;
         warn!(peer = ?conn.member(), ip = %conn.peer_ip, what, "protocol violation; connection closed");
         if let Some(addr) = conn.dialled {
+            let why = format!("it broke the mesh's format ({what}): is it a Conclave TCP mesh?");
+            self.discovery.refused(addr, why, false, now);
             self.backoff(addr, now);
         }
     }
@@ -739,11 +765,24 @@ impl State {
                 trace!(token, "duplicate connection closed at its deadline");
                 self.remove(token);
             } else if conn.is_dialing() {
-                self.dial_failed(token, now, &io::Error::from(ErrorKind::TimedOut));
+                let error = io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "no connection within connect_timeout ({:?})",
+                        self.config.connect_timeout
+                    ),
+                );
+                self.dial_failed(token, now, &error);
             } else if conn.handshake.as_ref().is_some_and(|h| h.theirs.is_some()) {
                 self.auth_failed(token, now, "no proof of the cluster key in time", None);
             } else if conn.hello.is_none() {
-                let error = io::Error::new(ErrorKind::TimedOut, "no hello in time");
+                let error = io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "no hello within handshake_timeout ({:?})",
+                        self.config.handshake_timeout
+                    ),
+                );
                 self.lost(token, now, &error);
             } else if conn.outbound {
                 if let Some(conn) = self.conns.get_mut(&token) {

@@ -77,6 +77,75 @@ impl Header {
     }
 }
 
+/// What the first 13 bytes of a datagram say of its sender, without decoding (or opening) it:
+/// how a transport tells a member of its own cluster from a stranger in its discovery report
+/// ([`crate::Transport::discovery_report`]). Plain datagrams, sealed packets and the seal
+/// layer's rejection notices all start with a 4-byte magic, a version byte and the 8-byte
+/// cluster id. Nothing here is authenticated: a sealed packet of our cluster may still fail to
+/// open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DatagramKind {
+    /// A plain datagram ([`MAGIC`]): its protocol version and cluster.
+    Plain {
+        /// The sender's protocol version.
+        version: u8,
+        /// The sender's cluster.
+        cluster: ClusterId,
+    },
+    /// A sealed packet (magic `b"CNCS"`, see `seal`) of this cluster.
+    Sealed {
+        /// The sender's cluster.
+        cluster: ClusterId,
+    },
+    /// A rejection notice of the seal layer (magic `b"CNCR"`): a member of this cluster could
+    /// not open the packets it received from us (it holds another cluster key, or none).
+    Notice {
+        /// The rejecting member's cluster.
+        cluster: ClusterId,
+    },
+}
+
+impl DatagramKind {
+    /// Reads the kind of `bytes`; `None` if they start with no Conclave magic or are shorter
+    /// than [`HEADER_LEN`].
+    ///
+    /// ```
+    /// use conclave_lock_api::wire::{ClusterId, DatagramKind, Header, PROTOCOL_VERSION};
+    ///
+    /// let mut bytes = Vec::new();
+    /// Header::write(ClusterId(7), &mut bytes);
+    /// let kind = DatagramKind::peek(&bytes);
+    /// assert_eq!(kind, Some(DatagramKind::Plain { version: PROTOCOL_VERSION, cluster: ClusterId(7) }));
+    /// assert_eq!(kind.map(DatagramKind::cluster), Some(ClusterId(7)));
+    /// assert_eq!(DatagramKind::peek(b"GET / HTTP/1.1\r\n"), None);
+    /// ```
+    pub fn peek(bytes: &[u8]) -> Option<Self> {
+        let header = bytes.get(..HEADER_LEN)?;
+        let mut cluster = [0u8; 8];
+        cluster.copy_from_slice(&header[5..13]);
+        let cluster = ClusterId(u64::from_be_bytes(cluster));
+        match &header[..4] {
+            magic if magic == MAGIC => Some(Self::Plain {
+                version: header[4],
+                cluster,
+            }),
+            b"CNCS" => Some(Self::Sealed { cluster }),
+            b"CNCR" => Some(Self::Notice { cluster }),
+            _ => None,
+        }
+    }
+
+    /// The cluster the datagram names.
+    pub fn cluster(self) -> ClusterId {
+        match self {
+            Self::Plain { cluster, .. } | Self::Sealed { cluster } | Self::Notice { cluster } => {
+                cluster
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +169,41 @@ mod tests {
         let h = Header::read(&out).unwrap();
         assert_eq!(h.version, PROTOCOL_VERSION);
         assert_eq!(h.cluster, ClusterId(42));
+    }
+
+    #[test]
+    fn kinds_are_peeked_from_the_magic() {
+        let mut plain = Vec::new();
+        Header::write(ClusterId(42), &mut plain);
+        let mut sealed = plain.clone();
+        sealed[..4].copy_from_slice(b"CNCS");
+        let mut notice = plain.clone();
+        notice[..4].copy_from_slice(b"CNCR");
+        let cluster = ClusterId(42);
+        assert_eq!(
+            DatagramKind::peek(&plain),
+            Some(DatagramKind::Plain {
+                version: PROTOCOL_VERSION,
+                cluster
+            })
+        );
+        assert_eq!(
+            DatagramKind::peek(&sealed),
+            Some(DatagramKind::Sealed { cluster })
+        );
+        assert_eq!(
+            DatagramKind::peek(&notice),
+            Some(DatagramKind::Notice { cluster })
+        );
+        assert_eq!(DatagramKind::peek(&plain[..HEADER_LEN - 1]), None);
+        assert_eq!(DatagramKind::peek(&[0u8; 20]), None);
+    }
+
+    #[cfg(feature = "seal")]
+    #[test]
+    fn the_seal_magics_are_the_seal_layers() {
+        assert_eq!(*b"CNCS", crate::seal::SEALED_MAGIC);
+        assert_eq!(*b"CNCR", crate::seal::NOTICE_MAGIC);
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub use codec::{
     decode_message, decode_packet, encode_message, encode_packet, DecodeError, EncodeError,
     BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
 };
-pub use envelope::{ClusterId, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+pub use envelope::{ClusterId, DatagramKind, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use message::{
     first_setting_mismatch, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
     LockMessage, Message, Packet, PendingRelease, PendingRequest, Probe, Segment, SharedSetting,

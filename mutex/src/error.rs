@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use conclave_lock_api::seal::{KeyError, Rejection};
-use conclave_lock_api::{DiscoveryReport, LockError, LockNameError, MemberId, MemberNameError};
+use conclave_lock_api::{
+    ClusterNameError, DiscoveryReport, LockError, LockNameError, MemberId, MemberNameError,
+};
 use conclave_protocol::gms::GmsConfigError;
 use conclave_protocol::locking::LockConfigError;
 use conclave_protocol::reliable::ConfigError;
@@ -22,6 +24,10 @@ pub enum NodeError {
     /// The member name is not valid.
     #[error("invalid member name: {0}")]
     InvalidName(#[from] MemberNameError),
+    /// The cluster name is not valid (empty, longer than 64 bytes, or with a control
+    /// character).
+    #[error("invalid cluster name: {0}")]
+    InvalidClusterName(#[from] ClusterNameError),
     /// No transport was given to the builder.
     #[error("no transport was given to the node builder")]
     NoTransport,

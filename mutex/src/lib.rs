@@ -125,9 +125,10 @@ pub mod docs {
 pub use conclave_lock_api as api;
 pub use conclave_lock_api::seal;
 pub use conclave_lock_api::{
-    FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
-    LockLostReason, LockMode, LockName, LockNameError, LockStatus, MemberId, OwnerId, ServiceName,
-    UnexpectedGrant, UnexpectedLock, UnlockError, View,
+    ClusterName, ClusterNameError, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, FencingToken,
+    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason, LockMode,
+    LockName, LockNameError, LockStatus, MemberId, OwnerId, ServiceName, UnexpectedGrant,
+    UnexpectedLock, UnlockError, View,
 };
 pub use conclave_protocol as protocol;
 pub use conclave_protocol::gms::Founding;

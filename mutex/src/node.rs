@@ -13,8 +13,8 @@ use async_io::Timer;
 use conclave_lock_api::seal::{ClusterKey, Keyring, SealStats, SealedTransport, Sealer};
 use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::{
-    GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockNameError, MemberId,
-    MemberNameError, ServiceName, Transport, UnexpectedLock, View,
+    ClusterName, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
+    LockNameError, MemberId, MemberNameError, ServiceName, Transport, UnexpectedLock, View,
 };
 use conclave_protocol::gms::{Founding, JoinProblem};
 use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
@@ -392,6 +392,8 @@ impl NodeBuilder {
     ///
     /// # Errors
     /// Every error stops the node again.
+    /// - [`NodeError::InvalidClusterName`]: the cluster name is empty, longer than
+    ///   [`ClusterName::MAX_LEN`] bytes or has a control character.
     /// - [`NodeError::InvalidName`], [`NodeError::Membership`], [`NodeError::Locks`],
     ///   [`NodeError::Reliable`]: an invalid member name or setting;
     ///   [`NodeError::ConflictingSettings`]: one setting given two different values.
@@ -414,6 +416,7 @@ impl NodeBuilder {
     /// Dropping the future before it completes stops the node again (leaving, joining its
     /// thread).
     pub async fn join(self) -> Result<Node, NodeError> {
+        ClusterName::new(self.cluster.as_str())?;
         let config = self.resolved_config()?;
         config.gms.validate()?;
         config.locks.validate()?;
@@ -865,7 +868,7 @@ impl Node {
     /// A distributed mutex for `name`. Each [`DistributedMutex::lock`] call is its own owner.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes, or contains a control character.
     pub fn mutex(&self, name: impl Into<String>) -> Result<DistributedMutex, LockNameError> {
         handles::mutex(&self.backend, name)
     }
@@ -873,7 +876,7 @@ impl Node {
     /// A distributed reader-writer lock for `name`.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes, or contains a control character.
     pub fn rw_lock(&self, name: impl Into<String>) -> Result<RwLock, LockNameError> {
         handles::rw_lock(&self.backend, name)
     }
@@ -893,7 +896,7 @@ impl Node {
     /// again while holding. Each call makes a new owner.
     ///
     /// # Errors
-    /// [`LockNameError`] if the name is empty or longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes.
+    /// [`LockNameError`] if the name is empty, longer than [`LockName::MAX_LEN`](crate::LockName::MAX_LEN) bytes, or contains a control character.
     pub fn reentrant_lock(&self, name: impl Into<String>) -> Result<ReentrantLock, LockNameError> {
         handles::reentrant_lock(&self.backend, name)
     }
@@ -932,7 +935,7 @@ impl Node {
     /// ```
     ///
     /// # Errors
-    /// [`ServiceError::InvalidName`] if the name is empty or longer than
+    /// [`ServiceError::InvalidName`] if the name is empty, has a control character, or is longer than
     /// [`ServiceName::MAX_LEN`](crate::ServiceName::MAX_LEN) bytes;
     /// [`ServiceError::TooManyServices`] if the node runs
     /// [`MAX_SERVICES`](conclave_protocol::MAX_SERVICES) named services already (those other

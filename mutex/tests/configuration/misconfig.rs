@@ -310,3 +310,74 @@ fn a_member_of_a_matching_cluster_still_joins() {
         a.leave().await;
     });
 }
+
+#[test]
+fn an_empty_or_unprintable_cluster_name_is_refused() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        for name in ["", "orders\nprod"] {
+            let error = Node::builder(name)
+                .transport(network.transport())
+                .config(EndpointConfig::local())
+                .join()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(error, NodeError::InvalidClusterName(_)),
+                "{name:?}: {error:?}"
+            );
+        }
+        let long = "c".repeat(65);
+        let error = Node::builder(long)
+            .transport(network.transport())
+            .join()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, NodeError::InvalidClusterName(_)),
+            "{error:?}"
+        );
+    });
+}
+
+#[test]
+fn an_unprintable_lock_name_is_refused_and_nothing_is_granted() {
+    smol::block_on(async {
+        let network = MemoryNetwork::new();
+        let node = node(&network, "misconfig-lock-name", "a").await;
+        assert!(matches!(
+            node.mutex("a\nb").err(),
+            Some(conclave::LockNameError::ControlCharacter)
+        ));
+        assert!(node.mutex("").is_err());
+        assert!(node.mutex("x".repeat(256)).is_err());
+        assert!(node.held_locks().is_empty());
+        node.leave().await;
+    });
+}
+
+#[test]
+fn udp_refuses_an_unspecified_bind_address_naming_the_setting() {
+    let config = UdpConfig {
+        bind: "0.0.0.0:0".parse().unwrap(),
+        ..udp_config(1)
+    };
+    let error = UdpMulticast::bind(&config).unwrap_err();
+    assert!(error.to_string().contains("UdpConfig::bind"), "{error}");
+}
+
+#[test]
+fn a_tcp_bind_to_an_address_in_use_names_the_setting_and_the_address() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = conclave::tcp::TcpConfig {
+        bind: addr,
+        ..conclave::tcp::TcpConfig::loopback()
+    };
+    let error = TcpMesh::bind(&config).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("TcpConfig::bind") && text.contains(&addr.to_string()),
+        "{text}"
+    );
+}

@@ -98,6 +98,12 @@ pub struct GrantorStats {
     pub handoffs: u64,
     /// Lock tables taken over from the previous grantor of the view (`become_grantor`).
     pub transfers: u64,
+    /// Lock tables taken over from a coordinator that left gracefully: its successor serves
+    /// at once, without waiting for the members' reports.
+    pub leave_handoffs: u64,
+    /// Reconciliations whose deadline passed before every member of the view had reported
+    /// (the grantor then went on with the reports it had, or asked again).
+    pub reconcile_timeouts: u64,
     /// Requests queued behind another owner without a `Queued` message, because they asked
     /// not to be told ([`crate::locking::LockService::lock_quiet`]).
     pub quiet_waits: u64,
@@ -122,6 +128,8 @@ impl std::ops::AddAssign for GrantorStats {
         self.lease_expiries += other.lease_expiries;
         self.handoffs += other.handoffs;
         self.transfers += other.transfers;
+        self.leave_handoffs += other.leave_handoffs;
+        self.reconcile_timeouts += other.reconcile_timeouts;
         self.quiet_waits += other.quiet_waits;
         self.lazy_acks += other.lazy_acks;
     }
@@ -486,6 +494,7 @@ impl Grantor {
             if ctx.now < r.deadline {
                 return;
             }
+            self.stats.reconcile_timeouts += 1;
             if has_quorum(ctx, r) {
                 info!(grantor = %self.local, missing = r.awaiting.len(), "reconciliation timed out; using the reports received");
                 self.finish(ctx, out);

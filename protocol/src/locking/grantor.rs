@@ -102,7 +102,7 @@ pub struct GrantorStats {
     /// at once, without waiting for the members' reports.
     pub leave_handoffs: u64,
     /// Reconciliations whose deadline passed before every member of the view had reported
-    /// (the grantor then went on with the reports it had, or asked again).
+    /// (the grantor then went on with the reports it had, or asked the missing again).
     pub reconcile_timeouts: u64,
     /// Requests queued behind another owner without a `Queued` message, because they asked
     /// not to be told ([`crate::locking::LockService::lock_quiet`]).
@@ -556,7 +556,9 @@ impl Grantor {
             if ctx.now < r.deadline {
                 return;
             }
-            self.stats.reconcile_timeouts += 1;
+            if !r.awaiting.is_empty() {
+                self.stats.reconcile_timeouts += 1;
+            }
             if has_quorum(ctx, r) {
                 info!(grantor = %self.local, missing = r.awaiting.len(), "reconciliation timed out; using the reports received");
                 self.finish(ctx, out);

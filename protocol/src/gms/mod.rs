@@ -261,7 +261,8 @@ impl Gms {
     /// Leaves the cluster gracefully.
     ///
     /// A coordinator hands the view to the next member and is gone at once (the caller should
-    /// keep delivering until the reliable layer has flushed). Any other member asks the
+    /// keep delivering until the reliable layer has flushed; [`Gms::handover`] is that view,
+    /// for the lock layer's table to follow). Any other member asks the
     /// coordinator and leaves on its confirmation or after [`GmsConfig::leave_timeout`].
     pub fn leave(&mut self, now: Instant) {
         match self.phase {

@@ -695,7 +695,10 @@ impl Endpoint {
 
     /// Leaves the cluster gracefully: held locks are released (and reported lost with
     /// `LockLostReason::Shutdown`), pending requests withdrawn, then the member leaves the
-    /// view. Keep driving until [`Endpoint::is_drained`].
+    /// view and grants nothing more. A coordinator hands its view to the next member and,
+    /// under `Available`, the lock table of every service it grants (after the view, on the
+    /// same streams), so the successor serves at once. Keep driving until
+    /// [`Endpoint::is_drained`].
     pub fn leave(&mut self, now: Instant) {
         self.locks.shutdown(now);
         for service in self.services.values_mut() {
@@ -703,6 +706,13 @@ impl Endpoint {
         }
         self.pump(now);
         self.gms.leave(now);
+        // The view goes out first: the handoffs must reach the successor after it.
+        self.pump(now);
+        let next = self.gms.handover().cloned();
+        self.locks.leave(now, next.as_ref());
+        for service in self.services.values_mut() {
+            service.leave(now, next.as_ref());
+        }
         self.pump(now);
     }
 

@@ -143,6 +143,9 @@ pub struct Gms {
     watched: BTreeSet<MemberId>,
     pending_joins: Vec<MemberId>,
     pending_leaves: BTreeSet<MemberId>,
+    /// The view this member handed to the next member when it left as coordinator, unless
+    /// it keeps a member last heard following another coordinator.
+    handover: Option<View>,
     /// Other coordinators heard announcing, with their view, when, and whether that
     /// announcement said it had heard this member's (a merge needs both).
     merge_candidates: BTreeMap<MemberId, (View, Instant, bool)>,
@@ -186,6 +189,7 @@ impl Gms {
             watched: BTreeSet::new(),
             pending_joins: Vec::new(),
             pending_leaves: BTreeSet::new(),
+            handover: None,
             merge_candidates: BTreeMap::new(),
             announcers: BTreeMap::new(),
             bases: Bases::default(),
@@ -296,7 +300,8 @@ impl Gms {
     /// Leaves the cluster gracefully.
     ///
     /// A coordinator hands the view to the next member and is gone at once (the caller should
-    /// keep delivering until the reliable layer has flushed). Any other member asks the
+    /// keep delivering until the reliable layer has flushed; [`Gms::handover`] is that view,
+    /// for the lock layer's table to follow). Any other member asks the
     /// coordinator and leaves on its confirmation or after [`GmsConfig::leave_timeout`].
     pub fn leave(&mut self, now: Instant) {
         match self.phase {
@@ -319,6 +324,9 @@ impl Gms {
                             // In full: a member that could not rebuild a delta would ask a
                             // coordinator that is gone.
                             self.send_view_to_members(&next, None);
+                            if !self.merges_another_lineage(&next) {
+                                self.handover = Some(next);
+                            }
                         }
                     }
                     self.set_left();
@@ -334,6 +342,14 @@ impl Gms {
             }
             Phase::Leaving { .. } | Phase::Left => {}
         }
+    }
+
+    /// The view this member handed to the next member when it left as coordinator
+    /// ([`Gms::leave`]), for its lock table to follow: `None` if it left otherwise, or if the
+    /// view keeps a member last heard following another coordinator (that member may hold
+    /// locks of another lineage, which the successor learns only by reconciling).
+    pub fn handover(&self) -> Option<&View> {
+        self.handover.as_ref()
     }
 
     /// Records that a heartbeat (or a membership message) arrived from `from`: it is alive.
@@ -948,15 +964,7 @@ impl Gms {
         // A member last heard following another coordinator comes back from another lineage
         // of views, where it may hold locks this coordinator's table never had: the view
         // merges it (the lock layer reconciles), whatever its epoch let it accept.
-        let ours = self.local.incarnation();
-        let foreign = next.members().iter().any(|m| {
-            *m != self.local
-                && self
-                    .heard_views
-                    .get(m)
-                    .is_some_and(|h| h.coordinator != ours)
-        });
-        let origin = if foreign {
+        let origin = if self.merges_another_lineage(&next) {
             ViewOrigin::Merged
         } else {
             ViewOrigin::Changed
@@ -972,6 +980,20 @@ impl Gms {
         for suspect in suspects {
             self.outputs.push_back(GmsOutput::Forget(suspect));
         }
+    }
+
+    /// Whether `next`, a view of this coordinator's, keeps a member last heard following
+    /// another coordinator: one back from another lineage of views, which may hold locks this
+    /// coordinator's lock table never had.
+    fn merges_another_lineage(&self, next: &View) -> bool {
+        let ours = self.local.incarnation();
+        next.members().iter().any(|m| {
+            *m != self.local
+                && self
+                    .heard_views
+                    .get(m)
+                    .is_some_and(|h| h.coordinator != ours)
+        })
     }
 
     /// As a member: if the coordinator and everyone ranked before us are suspected, take over.

@@ -95,6 +95,9 @@ pub(crate) struct Client {
     /// grantor of the latest turn.
     turn_grantors: std::collections::BTreeSet<MemberId>,
     epoch: u64,
+    /// A report request for a view not installed here yet (its asker and epoch), answered
+    /// once that view is, if the asker coordinates it.
+    early_report: Option<(MemberId, u64)>,
     /// Send stamps of recent lock requests and renewals, with when they were sent.
     stamps: VecDeque<(u64, Instant)>,
     next_stamp: u64,
@@ -129,6 +132,7 @@ impl Client {
             grantor: None,
             turn_grantors: std::collections::BTreeSet::new(),
             epoch: 0,
+            early_report: None,
             forget_releases: false,
             anchor_at_receipt: false,
             drift: (Duration::from_secs(1), Duration::from_secs(1)),
@@ -467,6 +471,13 @@ impl Client {
         self.epoch = view.epoch();
         self.turn_grantors.clear();
         self.follow(now, view.coordinator().clone(), out);
+        match self.early_report.take() {
+            Some((asker, epoch)) if epoch == view.epoch() && asker == *view.coordinator() => {
+                out.push_back((asker, self.report(now, epoch)));
+            }
+            Some(early) if early.1 > view.epoch() => self.early_report = Some(early),
+            _ => {}
+        }
     }
 
     /// Follows no grantor until the next [`Client::follow`]: requests, cancels and releases
@@ -889,6 +900,14 @@ impl Client {
                 // its epoch may appear in fencing tokens.
                 if from_grantor && epoch == self.epoch {
                     out.push_back((from.clone(), self.report(now, epoch)));
+                } else if epoch > self.epoch
+                    && self.early_report.as_ref().is_none_or(|(_, e)| epoch >= *e)
+                {
+                    // The request overtook its view: a coordinator that leaves sends the view
+                    // to every member itself, and its successor's request comes on another
+                    // stream. Answered once this member installs that view, if it does:
+                    // dropped, the successor would wait out its reconciliation timeout.
+                    self.early_report = Some((from.clone(), epoch));
                 }
             }
             LockMessage::Lock { .. }

@@ -98,6 +98,12 @@ pub struct GrantorStats {
     pub handoffs: u64,
     /// Lock tables taken over from the previous grantor of the view (`become_grantor`).
     pub transfers: u64,
+    /// Lock tables taken over from a coordinator that left gracefully: its successor serves
+    /// at once, without waiting for the members' reports.
+    pub leave_handoffs: u64,
+    /// Reconciliations whose deadline passed before every member of the view had reported
+    /// (the grantor then went on with the reports it had, or asked the missing again).
+    pub reconcile_timeouts: u64,
     /// Requests queued behind another owner without a `Queued` message, because they asked
     /// not to be told ([`crate::locking::LockService::lock_quiet`]).
     pub quiet_waits: u64,
@@ -122,6 +128,8 @@ impl std::ops::AddAssign for GrantorStats {
         self.lease_expiries += other.lease_expiries;
         self.handoffs += other.handoffs;
         self.transfers += other.transfers;
+        self.leave_handoffs += other.leave_handoffs;
+        self.reconcile_timeouts += other.reconcile_timeouts;
         self.quiet_waits += other.quiet_waits;
         self.lazy_acks += other.lazy_acks;
     }
@@ -264,6 +272,18 @@ impl Grantor {
     /// Hands the table over (`become_grantor` of another member): returns the handoff for the
     /// new grantor and stops granting at once. Only a serving grantor hands over.
     pub(crate) fn hand_off(&mut self, ctx: &Ctx<'_>) -> Option<LockMessage> {
+        self.hand_off_in(ctx, ctx.view, self.generation + 1)
+    }
+
+    /// Hands the table over to the grantor of turn `generation` of `view` (this grantor's view
+    /// for a transfer; the next view, with turn 0, for a coordinator that leaves): returns the
+    /// handoff and stops granting at once. Only a serving grantor hands over.
+    pub(crate) fn hand_off_in(
+        &mut self,
+        ctx: &Ctx<'_>,
+        view: &View,
+        generation: u64,
+    ) -> Option<LockMessage> {
         if !self.is_serving() {
             return None;
         }
@@ -293,13 +313,13 @@ impl Grantor {
             })
             .collect();
         let handoff = LockMessage::Handoff {
-            epoch: ctx.view.epoch(),
-            coordinator: ctx.view.coordinator().incarnation(),
+            epoch: view.epoch(),
+            coordinator: view.coordinator().incarnation(),
             token_epoch: self.epoch,
             last_token: self.table.last_token(),
             held,
             waiting,
-            generation: self.generation + 1,
+            generation,
         };
         self.stats.handoffs += 1;
         info!(grantor = %self.local, "lock table handed over");
@@ -311,6 +331,17 @@ impl Grantor {
 
     /// Takes over the table the previous grantor of this view handed over, and serves.
     pub(crate) fn adopt(&mut self, ctx: &Ctx<'_>, handoff: LockMessage, out: &mut Outbox) {
+        if !self.load(ctx, handoff) {
+            return;
+        }
+        self.stats.transfers += 1;
+        info!(grantor = %self.local, locks = self.table.len(), "lock table taken over; serving");
+        self.promote_all(ctx, out);
+    }
+
+    /// Makes the table of a handoff this grantor's, serving (nothing granted yet). False if the
+    /// message is no handoff.
+    fn load(&mut self, ctx: &Ctx<'_>, handoff: LockMessage) -> bool {
         let LockMessage::Handoff {
             token_epoch,
             last_token,
@@ -320,7 +351,7 @@ impl Grantor {
             ..
         } = handoff
         else {
-            return;
+            return false;
         };
         self.generation = generation;
         self.phase = Phase::Serving;
@@ -348,9 +379,48 @@ impl Grantor {
                 );
             }
         }
-        self.stats.transfers += 1;
-        info!(grantor = %self.local, locks = self.table.len(), "lock table taken over; serving");
+        true
+    }
+
+    /// Takes over the table of the coordinator that left gracefully and handed its view to
+    /// this member, and serves at once: the reconciliation the view began is over (reports
+    /// received so far, and those still on their way, are merged like late reports; requests
+    /// that waited in its backlog are served). Only while that reconciliation runs: a grantor
+    /// that finished it already has a complete table. Returns whether it took the table.
+    ///
+    /// The handed table is as complete as the leaver's was: it applied everything its members
+    /// sent it until it handed over, and granted nothing after; what they sent it since goes
+    /// again to this member, their new grantor, when they install the view.
+    pub(crate) fn take_over_on_leave(
+        &mut self,
+        ctx: &Ctx<'_>,
+        handoff: LockMessage,
+        out: &mut Outbox,
+    ) -> bool {
+        let Phase::Reconciling(reconciliation) = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            return false;
+        };
+        if !self.load(ctx, handoff) {
+            self.phase = Phase::Reconciling(reconciliation);
+            return false;
+        }
+        self.stats.leave_handoffs += 1;
+        info!(grantor = %self.local, locks = self.table.len(), "lock table taken over from the coordinator that left; serving");
+        // Tokens carry this view's epoch from now on (the counter keeps them increasing).
+        self.epoch = self.epoch.max(ctx.view.epoch());
+        for (member, report) in reconciliation.reports {
+            if ctx.view.contains(&member) {
+                self.merge_report(ctx, &member, report, out);
+            }
+        }
+        for (from, message) in reconciliation.backlog {
+            if ctx.view.contains(&from) {
+                self.serve(ctx, &from, message, out);
+            }
+        }
         self.promote_all(ctx, out);
+        true
     }
 
     /// Stops being the grantor: forgets the table (the next grantor rebuilds it).
@@ -485,6 +555,9 @@ impl Grantor {
         if let Phase::Reconciling(r) = &mut self.phase {
             if ctx.now < r.deadline {
                 return;
+            }
+            if !r.awaiting.is_empty() {
+                self.stats.reconcile_timeouts += 1;
             }
             if has_quorum(ctx, r) {
                 info!(grantor = %self.local, missing = r.awaiting.len(), "reconciliation timed out; using the reports received");

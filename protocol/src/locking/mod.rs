@@ -379,6 +379,9 @@ pub struct LockService {
     /// The turn, in this view, of the grantor this member follows or waits for (0: the
     /// coordinator's); announcements of earlier turns are stale.
     generation: u64,
+    /// The coordinator of the previous view, which handed this view to this member on
+    /// leaving, with this view: its table handoff, if it comes, ends the reconciliation.
+    handover_from: Option<(ViewKey, MemberId)>,
     /// Transfer announcements for views not installed here yet, newest turn per view (at
     /// most [`EARLY_TRANSFERS_MAX`]): one of another coordinator's view that shares members
     /// must not displace the one of the view this member installs next.
@@ -430,6 +433,7 @@ impl LockService {
             transferred: None,
             pending_transfer: None,
             generation: 0,
+            handover_from: None,
             early_transfers: Vec::new(),
             borrowed: None,
             started_term: None,
@@ -973,6 +977,36 @@ impl LockService {
         self.give_up(now, LockLostReason::ServiceDestroyed, Refusal::Destroyed);
     }
 
+    /// The member leaves its view (call it after [`LockService::shutdown`]): it grants nothing
+    /// more, whatever reaches it. A coordinator that hands its view to the next member
+    /// (`next`: [`crate::gms::Gms::handover`]) hands its lock table over with it under
+    /// `Available`, to the coordinator of `next`, which then serves at once instead of waiting
+    /// for every member's report. The endpoint sends the handoff after the view, on the same
+    /// stream, so the successor has installed the view when it arrives. (Under `Majority` the
+    /// successor begins a term of its own, with its reconciliation and grace period.)
+    pub fn leave(&mut self, now: Instant, next: Option<&View>) {
+        self.enter(now);
+        let handing = self.view.clone().zip(next).filter(|(view, next)| {
+            !self.config.policy.is_majority()
+                && view.coordinator() == &self.local
+                && self.grantor.is_serving()
+                && !self.handed_over()
+                && !next.contains(&self.local)
+        });
+        if let Some((view, next)) = handing {
+            let ctx = self.ctx(now, &view);
+            if let Some(handoff) = self.grantor.hand_off_in(&ctx, next, 0) {
+                debug!(member = %self.local, successor = %next.coordinator(), "leaving: lock table handed to the successor");
+                self.outbox.push_back((next.coordinator().clone(), handoff));
+            }
+        }
+        self.grantor.stop();
+        self.pending_transfer = None;
+        self.wants_grantor = false;
+        self.set_serving_grantor(None);
+        self.pump(now);
+    }
+
     fn give_up(&mut self, now: Instant, lost: LockLostReason, refusal: Refusal) {
         self.enter(now);
         self.cache_shutdown(lost, refusal);
@@ -1018,6 +1052,18 @@ impl LockService {
         self.asked = None;
         self.generation = 0;
         let previous_grantor = self.client.grantor().cloned();
+        // A view handed to this member by its coordinator on leaving: that coordinator's
+        // table may follow it (`LockService::leave`).
+        self.handover_from = self
+            .view
+            .as_ref()
+            .map(|previous| previous.coordinator())
+            .filter(|previous| {
+                origin == ViewOrigin::Received
+                    && view.coordinator() == &self.local
+                    && !view.contains(previous)
+            })
+            .map(|previous| (ViewKey::of(view), previous.clone()));
         // Under `Available`, a member that comes into the view may hold locks of another
         // lineage: one admitted as a joiner may have led a partition of its own and granted
         // there (a join request of its, sent long before and delivered after the partition
@@ -1846,6 +1892,9 @@ impl LockService {
                     &mut self.notices,
                 );
             }
+            LockMessage::Handoff { .. } if self.is_handover_from(from, &message) => {
+                self.on_handover(now, message);
+            }
             LockMessage::TransferRequest { .. }
             | LockMessage::Handoff { .. }
             | LockMessage::Transferred { .. }
@@ -1964,6 +2013,36 @@ impl LockService {
                 .view
                 .as_deref()
                 .is_some_and(|v| grantor::grant_view(v) == *granted_in)
+    }
+
+    /// Whether `message` is the table handoff of the coordinator that handed this member its
+    /// current view on leaving (`from`), for that view and turn 0.
+    fn is_handover_from(&self, from: &MemberId, message: &LockMessage) -> bool {
+        let Some((key, previous)) = &self.handover_from else {
+            return false;
+        };
+        previous == from
+            && transfer_view(message) == Some(*key)
+            && matches!(message, LockMessage::Handoff { generation: 0, .. })
+    }
+
+    /// The table of the coordinator that left and handed this member the view: served at
+    /// once, ending the reconciliation (`Available` only; see [`LockService::leave`]).
+    fn on_handover(&mut self, now: Instant, handoff: LockMessage) {
+        self.handover_from = None;
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if self.config.policy.is_majority() {
+            return;
+        }
+        let ctx = self.ctx(now, &view);
+        if !self
+            .grantor
+            .take_over_on_leave(&ctx, handoff, &mut self.outbox)
+        {
+            debug!(member = %self.local, "lock table of the coordinator that left came after the reconciliation; dropped");
+        }
     }
 
     /// Whether this member handed the grantor role of its current view to another member.

@@ -117,6 +117,16 @@ pub struct SimConfig {
     pub late_timers: Option<Duration>,
     /// See `late_timers`. Default 0.002.
     pub late_timer_share: f64,
+    /// Share of graceful leaves that pick the coordinator of a view of two or more members
+    /// (the grantor) rather than any live member. Default 0 (nothing is drawn for it, so
+    /// seeds replay as before the knob); `CONCLAVE_SIM_GRANTOR_LEAVES` sets it.
+    pub grantor_leaves: f64,
+    /// The chaos phase's only faults are graceful leaves, one node down at a time and only
+    /// while every node is in a view of all of them (each leaver restarts later as a new
+    /// incarnation), on a network that loses and duplicates
+    /// nothing: with `grantor_leaves` 1, a rolling restart of the grantor. Default false;
+    /// `CONCLAVE_SIM_ONLY_LEAVES=1` sets it.
+    pub only_leaves: bool,
 }
 
 impl Default for SimConfig {
@@ -142,6 +152,8 @@ impl Default for SimConfig {
             durable_terms: true,
             late_timers: None,
             late_timer_share: 0.002,
+            grantor_leaves: 0.0,
+            only_leaves: false,
         }
     }
 }
@@ -216,7 +228,8 @@ impl SimConfig {
     }
 
     /// The same profile with the fault knobs set in the environment: `CONCLAVE_SIM_ONE_WAY`
-    /// ([`SimConfig::one_way`]) and, in the harsh profile, `CONCLAVE_SIM_MAX_REORDER_MS`,
+    /// ([`SimConfig::one_way`]), `CONCLAVE_SIM_GRANTOR_LEAVES` ([`SimConfig::grantor_leaves`]),
+    /// `CONCLAVE_SIM_ONLY_LEAVES` ([`SimConfig::only_leaves`]) and, in the harsh profile, `CONCLAVE_SIM_MAX_REORDER_MS`,
     /// `CONCLAVE_SIM_DRIFT`, `CONCLAVE_SIM_CLOCK_PINNED` and `CONCLAVE_SIM_CLOCK_FLIPPING`
     /// ([`HarshFaults`]). The bands apply them, and a violation's replay line names each one
     /// that differs from the profile's default.
@@ -226,6 +239,12 @@ impl SimConfig {
     pub fn with_env_knobs(mut self) -> Self {
         if let Some(share) = faults::env_number("CONCLAVE_SIM_ONE_WAY") {
             self.one_way = share;
+        }
+        if let Some(share) = faults::env_number("CONCLAVE_SIM_GRANTOR_LEAVES") {
+            self.grantor_leaves = share;
+        }
+        if let Some(only) = faults::env_number::<u8>("CONCLAVE_SIM_ONLY_LEAVES") {
+            self.only_leaves = only == 1;
         }
         if let Some(harsh) = self.harsh.as_mut() {
             harsh.apply_env();
@@ -532,6 +551,21 @@ impl Simulation {
         let n = self.slots.len();
         let may_take_down = n - live.len() < self.config.max_down;
         self.fault_times.push(self.now);
+        if self.config.only_leaves {
+            // Only members of a formed cluster leave: one that leaves while it joins may be
+            // admitted after it left, and its missing report is not what this mode is about.
+            let formed = live.len() == n
+                && live.iter().all(|i| {
+                    self.slots[*i]
+                        .endpoint
+                        .as_ref()
+                        .is_some_and(|e| e.view().is_some_and(|v| v.len() == n))
+                });
+            if n >= 2 && formed {
+                self.leave(&live);
+            }
+            return;
+        }
         if let Some(harsh) = self.config.harsh.clone() {
             if self.inject_harsh_fault(&harsh) {
                 return;
@@ -573,15 +607,7 @@ impl Simulation {
                 };
                 self.crash(victim);
             }
-            6 if live.len() >= 2 && may_take_down => {
-                let leaver = live[self.rng.below(live.len() as u64) as usize];
-                let local = self.local_now(leaver);
-                if let Some(endpoint) = self.slots[leaver].endpoint.as_mut() {
-                    endpoint.leave(local);
-                    self.slots[leaver].state = SlotState::Leaving { since: self.now };
-                    self.report.leaves += 1;
-                }
-            }
+            6 if live.len() >= 2 && may_take_down => self.leave(&live),
             _ => {
                 self.network.conditions.loss = self.rng.unit() * self.config.max_loss;
                 self.network.conditions.duplicate = self.rng.unit() * self.config.max_duplicate;
@@ -593,6 +619,32 @@ impl Simulation {
                 // exclusion bound: not a fault that excuses a crash from being checked.
                 self.fault_times.pop();
             }
+        }
+    }
+
+    /// A graceful leave of one of the `live` nodes: the coordinator (the grantor) with the
+    /// share `grantor_leaves`, else any.
+    fn leave(&mut self, live: &[usize]) {
+        let coordinates = |slot: &Slot| {
+            slot.endpoint
+                .as_ref()
+                .is_some_and(|e| e.is_coordinator() && e.view().is_some_and(|v| v.len() > 1))
+        };
+        // No draw at share 0: seeds replay as before the knob existed.
+        let pick_grantor =
+            self.config.grantor_leaves > 0.0 && self.rng.chance(self.config.grantor_leaves);
+        let coordinator = live.iter().copied().find(|i| coordinates(&self.slots[*i]));
+        let leaver = match coordinator.filter(|_| pick_grantor) {
+            Some(coordinator) => coordinator,
+            None => live[self.rng.below(live.len() as u64) as usize],
+        };
+        let local = self.local_now(leaver);
+        let grantor = coordinates(&self.slots[leaver]);
+        if let Some(endpoint) = self.slots[leaver].endpoint.as_mut() {
+            endpoint.leave(local);
+            self.slots[leaver].state = SlotState::Leaving { since: self.now };
+            self.report.leaves += 1;
+            self.report.grantor_leaves += u64::from(grantor);
         }
     }
 
@@ -1078,6 +1130,15 @@ fn replay_command(seed: u64, config: &SimConfig) -> String {
     };
     if config.one_way != one_way_default {
         profile.push_str(&format!("CONCLAVE_SIM_ONE_WAY={} ", config.one_way));
+    }
+    if config.grantor_leaves > 0.0 {
+        profile.push_str(&format!(
+            "CONCLAVE_SIM_GRANTOR_LEAVES={} ",
+            config.grantor_leaves
+        ));
+    }
+    if config.only_leaves {
+        profile.push_str("CONCLAVE_SIM_ONLY_LEAVES=1 ");
     }
     if config.endpoint.locks.node_cache.enabled {
         profile.push_str("CONCLAVE_SIM_CACHE=1 ");

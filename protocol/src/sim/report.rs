@@ -36,6 +36,9 @@ pub struct Report {
     pub starts: u64,
     /// Graceful leaves.
     pub leaves: u64,
+    /// Graceful leaves of a member that coordinated a view of two or more members (its
+    /// grantor, unless the role was transferred).
+    pub grantor_leaves: u64,
     /// Changes of loss and duplication rates.
     pub link_changes: u64,
     /// The harsh profile's faults: link cuts, pauses, loss, clock drift.
@@ -105,6 +108,7 @@ impl Report {
         self.coordinator_crashes += other.coordinator_crashes;
         self.starts += other.starts;
         self.leaves += other.leaves;
+        self.grantor_leaves += other.grantor_leaves;
         self.link_changes += other.link_changes;
         self.exclusions_checked += other.exclusions_checked;
         add_gms(&mut self.gms, &other.gms);
@@ -180,12 +184,13 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "faults              {} partitions ({} healed), {} crashes ({} of coordinators), {} leaves, {} link changes",
+            "faults              {} partitions ({} healed), {} crashes ({} of coordinators), {} leaves ({} of coordinators), {} link changes",
             self.partitions,
             self.partitions_healed,
             self.crashes,
             self.coordinator_crashes,
             self.leaves,
+            self.grantor_leaves,
             self.link_changes
         )?;
         let h = &self.faults;
@@ -253,8 +258,8 @@ impl fmt::Display for Report {
             )?;
             writeln!(
                 f,
-                "grantor transfers   {} tables taken over ({} handed over)",
-                g.transfers, g.handoffs
+                "grantor transfers   {} tables taken over ({} handed over), {} from a coordinator that left; {} reconciliations timed out",
+                g.transfers, g.handoffs, g.leave_handoffs, g.reconcile_timeouts
             )?;
             writeln!(
                 f,

@@ -31,6 +31,8 @@
 //! | `status <name>` | `STATUS <name> held\|suspended\|lost\|none` |
 //! | `view` | `VIEW ...` of the current view |
 //! | `incr <file> <lock> <n>` | `n` times: lock; append `enter <token> <member>` to `<file>.log`; read the integer in `<file>` (0 if missing); write it plus one; append `exit <token> <member>`; unlock. Then `DONE incr <lock> <n>` |
+//! | `work <dir> <hold-ms> <lock>...` | until `stop`, the locks in turn (from one picked by the member name): lock; append `enter <token> <member> <wait-µs>` to `<dir>/<lock>.log` (the wait from asking to the grant); hold for `hold-ms`; append `exit <token> <member>`; unlock. One at a time per node |
+//! | `stop` | ends `work` after the section in progress: `STOPPED <sections>` |
 //! | `key install\|use\|remove <key-file>` | changes the keyring (install a key, make it the primary, remove it): `KEYS <primary id> <installed ids...>` |
 //! | `stats` | `STATS <sealed> <opened> <failed_authentication> <key_mismatch> <replayed> <stale_session> <foreign> <notices_sent> <notices_received> <resident KiB>` |
 //! | `quit` (or end of input) | releases everything, leaves the cluster, prints `BYE`, exits |
@@ -41,6 +43,7 @@
 //! token as one unsigned integer. Bad input is answered with `ERROR <command> <message>` and
 //! otherwise ignored; a fatal error prints `FATAL <message>` and exits with status 1.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::future::Future;
@@ -49,6 +52,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -213,6 +217,7 @@ enum Done {
     Granted(String, Result<MutexGuard, LockError>),
     Released(String, Result<(), UnlockError>),
     Incremented(String, Result<u64, String>),
+    Worked(Result<u64, String>),
 }
 
 type Operation = Pin<Box<dyn Future<Output = Done>>>;
@@ -273,6 +278,7 @@ async fn run(args: Args) -> Result<(), String> {
         held: HashMap::new(),
         requested: HashSet::new(),
         pending: FuturesUnordered::new(),
+        working: None,
     };
     loop {
         let input = futures::future::poll_fn(|cx| {
@@ -320,6 +326,8 @@ struct State<'a> {
     /// Locks asked for with `lock` and not answered yet.
     requested: HashSet<String>,
     pending: FuturesUnordered<Operation>,
+    /// `work` in progress: set to ask it to stop.
+    working: Option<Rc<Cell<bool>>>,
 }
 
 impl State<'_> {
@@ -352,13 +360,22 @@ impl State<'_> {
                 Ok(())
             }
             ("incr", [file, name, n]) => self.incr(file, name, n),
+            ("work", [dir, hold, locks @ ..]) if !locks.is_empty() => self.work(dir, hold, locks),
+            ("stop", []) => match &self.working {
+                Some(stop) => {
+                    stop.set(true);
+                    Ok(())
+                }
+                None => Err("no work in progress".to_owned()),
+            },
             ("key", [action, file]) => self.key(action, file),
             ("stats", []) => {
                 self.stats();
                 Ok(())
             }
             (
-                "quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr" | "key" | "stats",
+                "quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr" | "work" | "stop"
+                | "key" | "stats",
                 _,
             ) => Err("wrong number of arguments".to_owned()),
             _ => Err("unknown command".to_owned()),
@@ -419,6 +436,25 @@ impl State<'_> {
         self.pending.push(Box::pin(async move {
             let result = increment(&mutex, &file, n, &member).await;
             Done::Incremented(name, result.map(|()| n))
+        }));
+        Ok(())
+    }
+
+    fn work(&mut self, dir: &str, hold: &str, locks: &[&str]) -> Result<(), String> {
+        if self.working.is_some() {
+            return Err("work is in progress already".to_owned());
+        }
+        let hold = Duration::from_millis(hold.parse().map_err(|e| format!("hold {hold:?}: {e}"))?);
+        let mutexes = locks
+            .iter()
+            .map(|name| Ok(((*name).to_owned(), self.mutex(name)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let member = self.node.member_id().name().to_owned();
+        let stop = Rc::new(Cell::new(false));
+        self.working = Some(Rc::clone(&stop));
+        let dir = PathBuf::from(dir);
+        self.pending.push(Box::pin(async move {
+            Done::Worked(work(&mutexes, &dir, hold, &member, &stop).await)
         }));
         Ok(())
     }
@@ -484,6 +520,13 @@ impl State<'_> {
             Done::Released(name, Err(e)) => say(format_args!("ERROR unlock {name} {e}")),
             Done::Incremented(name, Ok(n)) => say(format_args!("DONE incr {name} {n}")),
             Done::Incremented(name, Err(e)) => say(format_args!("ERROR incr {name} {e}")),
+            Done::Worked(result) => {
+                self.working = None;
+                match result {
+                    Ok(sections) => say(format_args!("STOPPED {sections}")),
+                    Err(e) => say(format_args!("ERROR work {e}")),
+                }
+            }
         }
     }
 }
@@ -517,6 +560,41 @@ async fn increment(
         guard.unlock().await.map_err(|e| format!("unlock: {e}"))?;
     }
     Ok(())
+}
+
+/// Critical sections on `mutexes` in turn (from one picked by the member name) until `stop`,
+/// each logged to `<dir>/<lock>.log` with its token, its member and how long the grant took.
+/// Returns how many it ran.
+async fn work(
+    mutexes: &[(String, DistributedMutex)],
+    dir: &Path,
+    hold: Duration,
+    member: &str,
+    stop: &Cell<bool>,
+) -> Result<u64, String> {
+    let mut next = member.bytes().map(usize::from).sum::<usize>();
+    let mut sections = 0;
+    while !stop.get() {
+        let (name, mutex) = &mutexes[next % mutexes.len()];
+        next += 1;
+        let asked = std::time::Instant::now();
+        let guard = mutex
+            .lock()
+            .await
+            .map_err(|e| format!("lock {name}: {e}"))?;
+        let waited = asked.elapsed().as_micros();
+        let token = guard.fencing_token().0;
+        let log = dir.join(format!("{name}.log"));
+        append(&log, &format!("enter {token} {member} {waited}\n"))?;
+        async_io::Timer::after(hold).await;
+        append(&log, &format!("exit {token} {member}\n"))?;
+        guard
+            .unlock()
+            .await
+            .map_err(|e| format!("unlock {name}: {e}"))?;
+        sections += 1;
+    }
+    Ok(sections)
 }
 
 /// Appends `line` to `path` with one write.

@@ -250,6 +250,9 @@ fn a_rolling_restart_keeps_serving(backend: Backend) {
     let mut cluster = Cluster::new("rolling", 12, backend);
     let names = ["a", "b", "c", "d", "e"];
     let first_view = cluster.start_all(&names);
+    // Restarted members find the cluster under the library's default rule: they must not
+    // found one of their own.
+    cluster.founding = Some("with-others");
     let all: Vec<usize> = (0..names.len()).collect();
     let work = format!("work {} 5 {}", cluster.dir.display(), LOCKS.join(" "));
     for member in &mut cluster.members {
@@ -751,6 +754,9 @@ struct Cluster {
     key_file: Option<PathBuf>,
     /// `--suspect-ms <ms>` for the members started from now on.
     suspect_ms: Option<u64>,
+    /// `--founding` for members started from now on (`None`: the node binary's default,
+    /// `alone`).
+    founding: Option<&'static str>,
 }
 
 impl Cluster {
@@ -776,6 +782,7 @@ impl Cluster {
             data_dirs: false,
             key_file: None,
             suspect_ms: None,
+            founding: None,
         }
     }
 
@@ -805,6 +812,9 @@ impl Cluster {
         }
         if let Some(file) = &self.key_file {
             args.extend(["--key-file".to_owned(), file.display().to_string()]);
+        }
+        if let Some(founding) = self.founding {
+            args.extend(["--founding".to_owned(), founding.to_owned()]);
         }
         Member::spawn(name, &args)
     }

@@ -446,6 +446,9 @@ impl NodeBuilder {
             Arc::new(SealedTransport::new(transport, sealer.clone()));
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;
         let leave_bound = config.gms.leave_timeout * 2 + Duration::from_millis(200);
+        // Within this, a reachable grantor answers, or the membership has replaced an
+        // unreachable one and its successor has rebuilt its table.
+        let answer_bound = config.gms.suspect_timeout + config.locks.reconcile_timeout;
         let durable = match &self.data_dir {
             Some(dir) => Some(TermFile::open(dir).map_err(NodeError::DataDir)?),
             None => None,
@@ -457,7 +460,13 @@ impl NodeBuilder {
             endpoint.restore_term(file.saved());
         }
         let (commands, receiver) = async_channel::unbounded();
-        let inner = Arc::new(Inner::new(endpoint, transport, commands, self.spin_wait));
+        let inner = Arc::new(Inner::new(
+            endpoint,
+            transport,
+            commands,
+            self.spin_wait,
+            answer_bound,
+        ));
         inner.lock().durable = durable;
         let thread =
             driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;

@@ -193,7 +193,9 @@ impl LockService {
     /// the acknowledgements.
     pub async fn destroy(&self) {
         self.backend.shutdown();
-        std::future::poll_fn(|cx| self.backend.poll_closed(cx)).await;
+        let closed = std::future::poll_fn(|cx| self.backend.poll_closed(cx));
+        // Past the bound the releases go on without a waiter.
+        let _ = handles::bounded(&self.backend, closed).await;
     }
 
     /// Whether a destroy of this service completed (see [`LockService::destroy`]) or the

@@ -187,6 +187,10 @@ impl LockService {
     /// service's handles fails with [`LockError::ServiceDestroyed`]. Other members keep the
     /// service (this member keeps its part in it for them, as grantor if it is). A later
     /// [`Node::lock_service`](crate::Node::lock_service) of the same name opens it afresh.
+    /// It waits at most the node's answer bound (`suspect_timeout + reconcile_timeout`, as
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock)); past it, it returns with the
+    /// releases still being resent ([`LockService::is_destroyed`] is `false` until they are
+    /// acknowledged).
     ///
     /// # Cancel safety
     /// The service is destroyed at the first poll; dropping the future only stops waiting for

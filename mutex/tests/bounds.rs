@@ -22,6 +22,15 @@ use conclave::{
 /// out, or its error.
 type Acquire = Pin<Box<dyn Future<Output = Result<LockStatus, LockError>> + Send>>;
 
+/// One waiting call of the lost-grant test: its lock, who blocks it first, where its holds
+/// are listed, and the call.
+type Case<'a> = (
+    &'a str,
+    Option<DistributedMutex>,
+    &'a dyn Fn() -> Vec<HeldLock>,
+    Acquire,
+);
+
 /// The lease of the holds in these tests: long enough that a promptly polled grant is held.
 const LEASE: Duration = Duration::from_millis(600);
 
@@ -118,12 +127,7 @@ fn a_grant_lost_before_the_caller_polls_is_never_handed_out() {
         let node_holds = || node.held_locks();
         let service_holds = || service.held_locks();
         let blocker = |lock: &str| Some(nodes[1].mutex(lock).unwrap());
-        let waiting: Vec<(
-            &str,
-            Option<DistributedMutex>,
-            &dyn Fn() -> Vec<HeldLock>,
-            Acquire,
-        )> = vec![
+        let waiting: Vec<Case<'_>> = vec![
             ("mutex", blocker("mutex"), &node_holds, {
                 let m = node.mutex("mutex").unwrap();
                 Box::pin(async move {

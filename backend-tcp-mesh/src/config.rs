@@ -101,7 +101,13 @@ pub struct TcpConfig {
     /// default 50 ms.
     pub reconnect_backoff_min: Duration,
     /// The longest wait between connection attempts to one address. At least
-    /// `reconnect_backoff_min`; default 5 s.
+    /// `reconnect_backoff_min`; default 1 s. It bounds how long a member that comes back (a
+    /// partition heals, a process restarts on its address) stays unreached while the protocol
+    /// keeps sending to it (heartbeats and discovery do, several times a second): the next
+    /// attempt is at most this long after it is back, plus the connect itself (at most
+    /// [`TcpConfig::connect_timeout`] if an attempt was already in flight into a network that
+    /// dropped its packets). It costs a dead address one connection attempt per this period;
+    /// raise it only if many dead addresses stay in the view for long.
     pub reconnect_backoff_max: Duration,
     /// The most inbound connections (accepted from other hosts) open at once, in any state,
     /// and separately the most outbound ones (dialled by this member): inbound connections
@@ -141,7 +147,7 @@ impl TcpConfig {
             max_queued_bytes: 64 << 20,
             connect_timeout: Duration::from_secs(2),
             reconnect_backoff_min: Duration::from_millis(50),
-            reconnect_backoff_max: Duration::from_secs(5),
+            reconnect_backoff_max: Duration::from_secs(1),
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60),

@@ -88,7 +88,9 @@
 //!   wind-down outlasts `close_timeout`, or on a connection the peer winds down while this end
 //!   kept it ([`TcpStats::dropped_in_flight`]). No frame is delivered twice.
 //! - A failed connect puts the address in backoff: 50 ms, doubling per consecutive failure up
-//!   to 5 s (configurable), reset by a successful handshake.
+//!   to 1 s (configurable), reset by a successful handshake (ours, or the peer's when it dials
+//!   us). A member that comes back is dialled again within that cap of its return, as long
+//!   as the protocol keeps sending to it.
 //! - [`TcpConfig::max_connections`] bounds the inbound connections and, counted separately,
 //!   the outbound ones, so connections other hosts open never use up the slots of our own
 //!   dials. An inbound connection that delivers no frame for [`TcpConfig::idle_timeout`]

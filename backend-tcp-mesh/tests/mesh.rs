@@ -241,6 +241,48 @@ fn a_restarted_peer_is_reached_again() {
     assert_eq!((got.from, &got.bytes[..]), (b_addr, &b"back"[..]));
 }
 
+/// A member unreachable for long (its listener closed, every dial refused) is dialled again
+/// promptly once it is back: the backoff stops growing at `reconnect_backoff_max` (1 s by
+/// default), so a sender that keeps sending, as the protocol's heartbeats do, reaches it
+/// within about that long, not after the multi-second waits an uncapped doubling reaches.
+#[test]
+fn a_member_back_after_a_long_absence_is_reached_within_the_backoff_cap() {
+    /// The stated bound: the default cap, plus a connect and a loaded machine's slack.
+    const BOUND: Duration = Duration::from_millis(1500);
+    let a = Pump::loopback(&[]);
+    let b = Pump::loopback(&[]);
+    let b_addr = b.addr();
+    a.send(b_addr, b"first life");
+    assert_eq!(b.recv(LIMIT).expect("first life").bytes, b"first life");
+    b.close();
+    // Long enough for an uncapped doubling from 50 ms to pass 3 s between attempts.
+    let away = Instant::now() + Duration::from_millis(3500);
+    while Instant::now() < away {
+        a.send(b_addr, b"anyone?");
+        // Pacing only: a heartbeat every 20 ms.
+        block_on(Timer::after(Duration::from_millis(20)));
+    }
+    assert!(a.stats().connect_attempts >= 5, "{:?}", a.stats());
+    let b = Pump::bind(&TcpConfig {
+        bind: b_addr,
+        ..TcpConfig::loopback()
+    });
+    let back = Instant::now();
+    let reached = loop {
+        a.send(b_addr, b"back?");
+        if let Some(got) = b.recv(Duration::from_millis(20)) {
+            assert_eq!(got.from, a.addr());
+            break back.elapsed();
+        }
+        assert!(back.elapsed() < LIMIT, "never reached: {:?}", a.stats());
+    };
+    assert!(
+        reached <= BOUND,
+        "reached {reached:?} after it was back: {:?}",
+        a.stats()
+    );
+}
+
 #[test]
 fn a_peer_that_restarts_unnoticed_replaces_its_old_connection() {
     // The old incarnation vanishes without a FIN being processed by `a` first: the new

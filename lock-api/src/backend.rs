@@ -327,12 +327,23 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     fn release(&self, request: RequestId) -> Result<(), UnlockError>;
 
     /// Whether the release of `request` was acknowledged; the request is forgotten once this
-    /// is ready.
+    /// is ready. A backend that knows no acknowledgement can come (a minority view under
+    /// `Majority`) answers [`UnlockError::Unacknowledged`] at once.
     fn poll_released(
         &self,
         request: RequestId,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), UnlockError>>;
+
+    /// How long a wait for the cluster's answer lasts at most (a release's acknowledgement, a
+    /// table query, a grantor transfer, the releases of a destroyed service) before the front
+    /// end gives up waiting; `None` (the default) if every answer comes within a bounded time
+    /// anyway, as for a backend in one process. The front end's waits end within it and say
+    /// so: [`UnlockError::Unacknowledged`], [`LockError::Unavailable`]. What was started goes
+    /// on (a release is resent until acknowledged; a wish to grant stands).
+    fn answer_bound(&self) -> Option<Duration> {
+        None
+    }
 
     /// A reentrant re-lock with a lease: the lease of the hold of `request` becomes
     /// `max(remaining, lease)`; a hold without a lease keeps none. Returns at once; a backend

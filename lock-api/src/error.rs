@@ -118,4 +118,13 @@ pub enum UnlockError {
     /// The node shut down before the grantor acknowledged the release.
     #[error("the node shut down before the release was acknowledged")]
     Shutdown,
+    /// The lock is released on this member, but no grantor acknowledged the release within
+    /// the unlock's bound: this member is in a view that cannot grant (a minority under the
+    /// `Majority` policy), or the grantor did not answer in time (cut off, or failing over).
+    /// Nothing here holds the lock any more; the release is resent to every grantor this
+    /// member follows until one takes it, and until then other members may still be refused
+    /// the lock (a grantor frees it when the release reaches it, at the reconciliation after
+    /// a partition heals, or, under `Majority`, when the hold's lease runs out).
+    #[error("released here; no grantor acknowledged the release in time")]
+    Unacknowledged,
 }

@@ -307,8 +307,12 @@ impl LockBackend for GroupBackend {
         loop {
             let mut shared = self.lock();
             let closed = shared.phase == Phase::Closed;
+            let hopeless = shared.in_minority();
             let answer = match shared.slots.get_mut(&request) {
                 Some(slot) if slot.released => Ok(()),
+                // No grantor answers a minority until the partition heals: say so now, as a
+                // lock request there is answered `NotMember` at once.
+                Some(_) if hopeless && !closed => Err(UnlockError::Unacknowledged),
                 Some(_) if !closed => {
                     let until = shared.slots.get(&request).and_then(|s| s.spin_until);
                     drop(shared);
@@ -336,6 +340,10 @@ impl LockBackend for GroupBackend {
             self.duty.release(request);
             return Poll::Ready(answer);
         }
+    }
+
+    fn answer_bound(&self) -> Option<Duration> {
+        Some(self.inner.answer_bound)
     }
 
     fn status(&self, request: RequestId) -> LockStatus {

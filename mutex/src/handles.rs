@@ -2,12 +2,14 @@
 //! lock service (the node's default one, or a named one): making lock handles, waiting for
 //! and moving the grantor, reading the table, events and handlers.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use conclave_lock_api::{
     GrantorTable, LockBackend, LockError, LockLost, LockName, LockNameError, MemberId,
     UnexpectedLock,
 };
+use futures::future::Either;
 
 use crate::hold::Backend;
 use crate::mutex::DistributedMutex;
@@ -53,10 +55,16 @@ pub(crate) async fn wait_until_serving(backend: &Backend) -> Option<MemberId> {
     std::future::poll_fn(|cx| backend.poll_serving_grantor(cx)).await
 }
 
-/// Asks for the grantor role of `backend`'s service and waits until this member serves.
+/// Asks for the grantor role of `backend`'s service and waits until this member serves, at
+/// most the backend's answer bound.
 pub(crate) async fn become_grantor(backend: &Backend) -> Result<(), LockError> {
     backend.become_grantor()?;
-    std::future::poll_fn(|cx| backend.poll_is_grantor(cx)).await
+    bounded(
+        backend,
+        std::future::poll_fn(|cx| backend.poll_is_grantor(cx)),
+    )
+    .await
+    .unwrap_or(Err(LockError::Unavailable))
 }
 
 /// The lock table of `backend`'s service's grantor.
@@ -70,7 +78,24 @@ pub(crate) async fn lock_table(backend: &Backend) -> Result<GrantorTable, LockEr
     }
     let query = backend.request_table()?;
     let _asked = Asked(&**backend, query);
-    std::future::poll_fn(|cx| backend.poll_table(query, cx)).await
+    bounded(
+        backend,
+        std::future::poll_fn(|cx| backend.poll_table(query, cx)),
+    )
+    .await
+    .unwrap_or(Err(LockError::Unavailable))
+}
+
+/// `wait`'s answer, or `None` once `backend`'s answer bound has passed first.
+pub(crate) async fn bounded<T>(backend: &Backend, wait: impl Future<Output = T>) -> Option<T> {
+    let wait = std::pin::pin!(wait);
+    let Some(bound) = backend.answer_bound() else {
+        return Some(wait.await);
+    };
+    match futures::future::select(wait, async_io::Timer::after(bound)).await {
+        Either::Left((answer, _)) => Some(answer),
+        Either::Right(_) => None,
+    }
 }
 
 /// A stream of the lock events of `backend`'s service.

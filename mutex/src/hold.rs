@@ -42,11 +42,26 @@ enum State {
     Done,
 }
 
+/// How many times one lock call asks again after a grant was lost before the call could hand
+/// it out, before it gives up with [`LockError::Lost`] (a lease shorter than the time the
+/// caller takes to poll would otherwise ask for ever).
+const REASKS: u32 = 3;
+
 /// A lock request from first poll to answer. Dropping it before the answer withdraws the
 /// request synchronously (or releases the lock if the grant won the race).
+///
+/// A grant is handed out only if its hold is not lost at that moment: a grant lost before the
+/// caller polled (a process paused past the lease, a newer grantor term, a minority view) is
+/// released, and a waiting call with time left asks again ([`REASKS`] times at most); any
+/// other call fails with [`LockError::Lost`].
 pub(crate) struct Request {
     backend: Backend,
     state: State,
+    /// When a waiting call with a timeout gives up, fixed at its first registration (a call
+    /// that asks again gets only what is left).
+    deadline: Option<std::time::Instant>,
+    /// How many times the call asked again after a lost grant.
+    reasks: u32,
 }
 
 impl fmt::Debug for Request {
@@ -56,7 +71,10 @@ impl fmt::Debug for Request {
             State::Waiting(request, ..) => format!("waiting {request}"),
             State::Done => "done".to_owned(),
         };
-        f.debug_struct("Request").field("state", &state).finish()
+        f.debug_struct("Request")
+            .field("state", &state)
+            .field("reasks", &self.reasks)
+            .finish()
     }
 }
 
@@ -65,6 +83,8 @@ impl Request {
         Self {
             backend,
             state: State::Idle(params),
+            deadline: None,
+            reasks: 0,
         }
     }
 
@@ -76,43 +96,83 @@ impl Request {
     }
 
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Hold, LockError>> {
-        if let State::Idle(params) = &self.state {
-            let params = params.clone();
-            let owner = params.owner.unwrap_or_else(|| self.backend.new_owner());
-            let submitted = self.backend.submit(Acquire {
-                name: params.name.clone(),
-                owner,
-                mode: params.mode,
-                wait: params.wait,
-                timeout: params.timeout,
-                lease: params.lease,
-            });
-            match submitted {
-                Ok(request) => self.state = State::Waiting(request, params, owner),
-                Err(error) => {
+        loop {
+            if let State::Idle(params) = &self.state {
+                let params = params.clone();
+                if let Err(error) = self.submit(params) {
                     self.state = State::Done;
                     return Poll::Ready(Err(error));
                 }
             }
+            let State::Waiting(request, ..) = &self.state else {
+                return Poll::Ready(Err(LockError::Cancelled));
+            };
+            let answer = ready!(self.backend.poll_grant(*request, cx));
+            let State::Waiting(request, params, owner) =
+                std::mem::replace(&mut self.state, State::Done)
+            else {
+                unreachable!("the state was Waiting above");
+            };
+            let lost = match &answer {
+                Ok(_) => self.backend.lost_reason(request),
+                Err(LockError::Lost(reason)) => Some(*reason),
+                Err(_) => None,
+            };
+            if let Some(reason) = lost {
+                // Granted, but lost before it could be handed out: a guard must never be
+                // lost at birth. Give it back, and ask again while the call may still wait.
+                self.backend.cancel(request);
+                match self.reask(params) {
+                    Some(params) => {
+                        tracing::debug!(%request, lock = %params.name, ?reason, "grant lost before hand-out; asking again");
+                        self.state = State::Idle(params);
+                        continue;
+                    }
+                    None => return Poll::Ready(Err(LockError::Lost(reason))),
+                }
+            }
+            return Poll::Ready(answer.map(|token| Hold {
+                backend: self.backend.clone(),
+                request,
+                name: params.name,
+                owner,
+                mode: params.mode,
+                token,
+                armed: true,
+            }));
         }
-        let State::Waiting(request, ..) = &self.state else {
-            return Poll::Ready(Err(LockError::Cancelled));
-        };
-        let answer = ready!(self.backend.poll_grant(*request, cx));
-        let State::Waiting(request, params, owner) =
-            std::mem::replace(&mut self.state, State::Done)
-        else {
-            unreachable!("the state was Waiting above");
-        };
-        Poll::Ready(answer.map(|token| Hold {
-            backend: self.backend.clone(),
-            request,
-            name: params.name,
+    }
+
+    /// Registers `params` with the backend (with what is left of the call's timeout).
+    fn submit(&mut self, params: Params) -> Result<(), LockError> {
+        let now = std::time::Instant::now();
+        if self.deadline.is_none() {
+            self.deadline = params.timeout.map(|timeout| now + timeout);
+        }
+        let owner = params.owner.unwrap_or_else(|| self.backend.new_owner());
+        let request = self.backend.submit(Acquire {
+            name: params.name.clone(),
             owner,
             mode: params.mode,
-            token,
-            armed: true,
-        }))
+            wait: params.wait,
+            timeout: self.deadline.map(|d| d.saturating_duration_since(now)),
+            lease: params.lease,
+        })?;
+        self.state = State::Waiting(request, params, owner);
+        Ok(())
+    }
+
+    /// The request to ask again after a lost grant, if the call may: it waits, has time
+    /// left, and has not asked again [`REASKS`] times already.
+    fn reask(&mut self, params: Params) -> Option<Params> {
+        let time_left = self
+            .deadline
+            .is_none_or(|deadline| std::time::Instant::now() < deadline);
+        if !params.wait || !time_left || self.reasks >= REASKS {
+            return None;
+        }
+        self.reasks += 1;
+        Some(params)
     }
 }
 
@@ -192,6 +252,7 @@ impl Hold {
             backend: self.backend.clone(),
             request: self.request,
             state: UnlockState::Start,
+            timer: None,
         }
     }
 }
@@ -248,7 +309,10 @@ enum UnlockState {
 }
 
 /// The future of [`crate::MutexGuard::unlock`]: releases the lock at once and resolves when
-/// the grantor acknowledged the release.
+/// the grantor acknowledged the release, or when it is clear that no acknowledgement comes in
+/// time: at once in a minority view under `Majority`, else after the node's answer bound
+/// (`suspect_timeout + reconcile_timeout` of its configuration), both with
+/// [`UnlockError::Unacknowledged`]. The lock is released on this member either way.
 ///
 /// # Cancel safety
 /// The release happens on the first poll, or when the future is dropped unpolled; dropping it
@@ -259,6 +323,8 @@ pub struct Unlock {
     backend: Backend,
     request: RequestId,
     state: UnlockState,
+    /// Ends the wait for the acknowledgement ([`LockBackend::answer_bound`]).
+    timer: Option<async_io::Timer>,
 }
 
 impl fmt::Debug for Unlock {
@@ -279,13 +345,23 @@ impl Future for Unlock {
                 this.state = UnlockState::Done;
                 return Poll::Ready(Err(error));
             }
+            this.timer = this.backend.answer_bound().map(async_io::Timer::after);
             this.state = UnlockState::Waiting;
         }
         match this.state {
             UnlockState::Waiting => {
-                let answer = ready!(this.backend.poll_released(this.request, cx));
+                if let Poll::Ready(answer) = this.backend.poll_released(this.request, cx) {
+                    this.state = UnlockState::Done;
+                    return Poll::Ready(answer);
+                }
+                let timer = this.timer.as_mut().map(|t| Pin::new(t).poll(cx));
+                if !matches!(timer, Some(Poll::Ready(_))) {
+                    return Poll::Pending;
+                }
+                // Released here; the release goes on without a waiter.
+                this.backend.cancel(this.request);
                 this.state = UnlockState::Done;
-                Poll::Ready(answer)
+                Poll::Ready(Err(UnlockError::Unacknowledged))
             }
             UnlockState::Start | UnlockState::Done => Poll::Ready(Ok(())),
         }
@@ -299,6 +375,7 @@ impl Unlock {
             backend,
             request,
             state: UnlockState::Done,
+            timer: None,
         }
     }
 }

@@ -66,6 +66,12 @@ impl DistributedMutex {
 
     /// Waits until the lock is granted, in FIFO order with the other waiters.
     ///
+    /// The guard it hands out is never lost at that moment: a grant lost before the future
+    /// was polled again (the process paused past the hold's lease, a newer grantor term, a
+    /// minority view) is given back and the lock asked for again, up to 3 times, then the
+    /// call fails with [`LockError::Lost`]. The same holds for every lock call, of every lock
+    /// type; a `try_` call does not ask again, and a `_timeout` call only while time is left.
+    ///
     /// # Errors
     /// - [`LockError::Shutdown`]: the node shut down or left the cluster first.
     /// - [`LockError::NotMember`]: under [`PartitionPolicy::Majority`](crate::PartitionPolicy::Majority),
@@ -74,9 +80,8 @@ impl DistributedMutex {
     /// - [`LockError::ServiceDestroyed`]: a handle of a named [`LockService`](crate::LockService)
     ///   destroyed on this node; [`LockError::TooManyServices`]: that service had to be
     ///   opened again here, and the node already runs the most services it may.
-    /// - [`LockError::Lost`]: with a [lease](Lock::lease), on the local backend
-    ///   ([`Node::local`](crate::Node::local)), the lease ran out between the grant and the
-    ///   future's next poll.
+    /// - [`LockError::Lost`]: the grant was lost before it could be handed out, and asking
+    ///   again did not help (see above).
     /// - [`LockError::Cancelled`]: the future was polled again after it completed.
     ///
     /// # Cancel safety
@@ -257,11 +262,16 @@ impl MutexGuard {
         self.hold.lost()
     }
 
-    /// Releases the lock and waits until the grantor acknowledges the release.
+    /// Releases the lock and waits until the grantor acknowledges the release, at most the
+    /// node's answer bound: `suspect_timeout + reconcile_timeout` of its configuration (5 s
+    /// with the LAN defaults), and not at all in a minority view under `Majority`.
     ///
     /// # Errors
     /// [`crate::UnlockError::Lost`] if the lock had been lost already;
-    /// [`crate::UnlockError::Shutdown`] if the node stopped before the acknowledgement.
+    /// [`crate::UnlockError::Shutdown`] if the node stopped before the acknowledgement;
+    /// [`crate::UnlockError::Unacknowledged`] if no acknowledgement came within the bound (or
+    /// none can come: a minority view): released here, the release resent until a grantor
+    /// takes it.
     ///
     /// # Cancel safety
     /// See [`Unlock`]: the lock is released either way.

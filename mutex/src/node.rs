@@ -446,6 +446,9 @@ impl NodeBuilder {
             Arc::new(SealedTransport::new(transport, sealer.clone()));
         let member = MemberId::new(incarnation(), &self.name, transport.local_addr())?;
         let leave_bound = config.gms.leave_timeout * 2 + Duration::from_millis(200);
+        // Within this, a reachable grantor answers, or the membership has replaced an
+        // unreachable one and its successor has rebuilt its table.
+        let answer_bound = config.gms.suspect_timeout + config.locks.reconcile_timeout;
         let durable = match &self.data_dir {
             Some(dir) => Some(TermFile::open(dir).map_err(NodeError::DataDir)?),
             None => None,
@@ -457,7 +460,13 @@ impl NodeBuilder {
             endpoint.restore_term(file.saved());
         }
         let (commands, receiver) = async_channel::unbounded();
-        let inner = Arc::new(Inner::new(endpoint, transport, commands, self.spin_wait));
+        let inner = Arc::new(Inner::new(
+            endpoint,
+            transport,
+            commands,
+            self.spin_wait,
+            answer_bound,
+        ));
         inner.lock().durable = durable;
         let thread =
             driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;
@@ -713,7 +722,10 @@ impl Node {
     /// Waits until this member knows a serving grantor ([`Node::grantor`]) and returns it;
     /// `None` if the node stops first. With [`Node::wait_for_members`], it is how a service
     /// waits for its cluster to be ready before it takes locks: after it, a `try_lock` of a
-    /// free lock succeeds (unless a failover starts meanwhile).
+    /// free lock succeeds (unless a failover starts meanwhile). It waits for a state of the
+    /// cluster, not for an answer, so it has no bound of its own (a minority under `Majority`
+    /// serves nothing until the partition heals): wrap it in a timeout of your runtime where
+    /// the cluster may not come.
     ///
     /// ```
     /// use conclave::memory::MemoryNetwork;
@@ -755,10 +767,15 @@ impl Node {
     /// member's [`LockEvent::GrantorChanged`](crate::LockEvent::GrantorChanged) events and
     /// [`Node::grantor`] show who grants.
     ///
+    /// It waits at most the node's answer bound (`suspect_timeout + reconcile_timeout`, as
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock)).
+    ///
     /// # Errors
     /// [`crate::LockError::TransferRefused`] under [`crate::PartitionPolicy::Majority`] (the
     /// right to grant comes from a majority's promise to the view's coordinator there);
-    /// [`crate::LockError::Shutdown`] if the node stops first.
+    /// [`crate::LockError::Shutdown`] if the node stops first;
+    /// [`crate::LockError::Unavailable`] if this member does not serve within the bound (the
+    /// request for the role stands).
     ///
     /// # Cancel safety
     /// Dropping the future stops waiting; the request for the role stands.
@@ -800,12 +817,13 @@ impl Node {
     ///
     /// # Errors
     /// [`crate::LockError::Unavailable`] if no grantor could answer (none serves now, e.g.
-    /// during a failover, or the grantor changed before it answered); retry shortly.
+    /// during a failover, or the grantor changed before it answered) or none answered within
+    /// the node's answer bound (`suspect_timeout + reconcile_timeout`, as
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock)); retry shortly.
     /// [`crate::LockError::Shutdown`] if the node stopped.
     ///
     /// # Cancel safety
-    /// Dropping the future forgets the question; wrap it in a timeout of your runtime if the
-    /// grantor may be cut off (a partition the membership has not noticed yet).
+    /// Dropping the future forgets the question.
     ///
     /// ```
     /// use conclave::memory::MemoryNetwork;

@@ -67,7 +67,7 @@ impl RwLock {
     /// # Errors
     /// As [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
     /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
-    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (a grant lost before it could be handed out: see [`DistributedMutex::lock`](crate::DistributedMutex::lock)), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`crate::DistributedMutex::lock`]: dropping the future withdraws the request.
@@ -96,7 +96,7 @@ impl RwLock {
     /// [`LockError::Timeout`] when the deadline passes; otherwise as
     /// [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
     /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
-    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (a grant lost before it could be handed out: see [`DistributedMutex::lock`](crate::DistributedMutex::lock)), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].
@@ -136,7 +136,7 @@ impl RwLock {
     /// [`LockError::Timeout`] when the deadline passes; otherwise as
     /// [`DistributedMutex::lock`](crate::DistributedMutex::lock): [`LockError::Shutdown`],
     /// [`LockError::NotMember`], [`LockError::ServiceDestroyed`],
-    /// [`LockError::TooManyServices`], [`LockError::Lost`] (with a lease), [`LockError::Cancelled`].
+    /// [`LockError::TooManyServices`], [`LockError::Lost`] (a grant lost before it could be handed out: see [`DistributedMutex::lock`](crate::DistributedMutex::lock)), [`LockError::Cancelled`].
     ///
     /// # Cancel safety
     /// As [`RwLock::read`].

@@ -187,13 +187,19 @@ impl LockService {
     /// service's handles fails with [`LockError::ServiceDestroyed`]. Other members keep the
     /// service (this member keeps its part in it for them, as grantor if it is). A later
     /// [`Node::lock_service`](crate::Node::lock_service) of the same name opens it afresh.
+    /// It waits at most the node's answer bound (`suspect_timeout + reconcile_timeout`, as
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock)); past it, it returns with the
+    /// releases still being resent ([`LockService::is_destroyed`] is `false` until they are
+    /// acknowledged).
     ///
     /// # Cancel safety
     /// The service is destroyed at the first poll; dropping the future only stops waiting for
     /// the acknowledgements.
     pub async fn destroy(&self) {
         self.backend.shutdown();
-        std::future::poll_fn(|cx| self.backend.poll_closed(cx)).await;
+        let closed = std::future::poll_fn(|cx| self.backend.poll_closed(cx));
+        // Past the bound the releases go on without a waiter.
+        let _ = handles::bounded(&self.backend, closed).await;
     }
 
     /// Whether a destroy of this service completed (see [`LockService::destroy`]) or the

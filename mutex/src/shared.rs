@@ -76,6 +76,9 @@ pub(crate) struct Inner {
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
     /// The last local owner number handed out ([`Inner::next_owner`]).
     owners: AtomicU64,
+    /// How long a wait for the cluster's answer lasts at most
+    /// ([`conclave_lock_api::LockBackend::answer_bound`]).
+    pub(crate) answer_bound: std::time::Duration,
 }
 
 impl fmt::Debug for Inner {
@@ -92,6 +95,7 @@ impl Inner {
         transport: Arc<dyn Transport>,
         commands: Sender<Command>,
         spin_wait: std::time::Duration,
+        answer_bound: std::time::Duration,
     ) -> Self {
         Self {
             member: endpoint.local().clone(),
@@ -103,6 +107,7 @@ impl Inner {
             changed: Event::new(),
             thread: Mutex::new(None),
             owners: AtomicU64::new(0),
+            answer_bound,
         }
     }
 
@@ -355,6 +360,15 @@ impl Shared {
         }
     }
 
+    /// Whether this member is in a view that cannot grant (a minority under `Majority`):
+    /// nothing it sends to a grantor is answered until the partition heals.
+    pub(crate) fn in_minority(&self) -> bool {
+        let policy = &self.endpoint.locks().config().policy;
+        self.view
+            .as_ref()
+            .is_some_and(|view| !policy.allows(view.len()))
+    }
+
     pub(crate) fn owner_id(&self, local: u64) -> OwnerId {
         OwnerId {
             member: self.endpoint.local().clone(),
@@ -516,6 +530,12 @@ impl Shared {
                         .retain(|s| s.try_send(view.clone()).is_ok());
                     self.view = Some(view);
                     effects.node_changed = true;
+                    if self.in_minority() {
+                        // No acknowledgement comes to a minority: its unlocks end now.
+                        for slot in self.slots.values_mut().filter(|s| s.releasing) {
+                            slot.wake_later(&mut effects);
+                        }
+                    }
                 }
                 EndpointEvent::Left => {
                     debug!(member = %self.endpoint.local(), "left the cluster");

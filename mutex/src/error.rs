@@ -59,8 +59,9 @@ pub enum NodeError {
     /// The node shut down while joining.
     #[error("the node shut down while joining")]
     Shutdown,
-    /// Nobody answered: no member of the cluster (and no other joiner to found one with) was
-    /// heard at any place the transport looks, and this node may not found a cluster alone
+    /// Nobody answered within the join timeout: no member of the cluster (and no other joiner
+    /// to found one with) was heard at any place the transport looks, and this node may not
+    /// found a cluster alone
     /// ([`crate::NodeBuilder::founding`]). `places` says what happened at each (an
     /// unreachable seed, a seed of another cluster, a multicast group nobody answers on).
     /// The node is stopped again.

@@ -206,6 +206,7 @@ impl NodeBuilder {
     ///     let error = Node::builder("orders")
     ///         .transport(TcpMesh::loopback([dead])?)
     ///         .config(EndpointConfig::local())
+    ///         .join_timeout(Duration::from_secs(1))
     ///         .join()
     ///         .await
     ///         .unwrap_err();
@@ -400,9 +401,10 @@ impl NodeBuilder {
     /// - [`NodeError::NoTransport`]: no transport was given.
     /// - [`NodeError::Key`]: a key file or variable that cannot be read.
     /// - [`NodeError::DataDir`]: the data directory cannot be used.
-    /// - [`NodeError::NoCluster`]: nobody answered and this node may not found a cluster alone;
-    ///   it names every place the transport looked and what happened there. Comes about twice
-    ///   the discovery timeout after the start.
+    /// - [`NodeError::NoCluster`]: nobody answered within the join timeout and this node may
+    ///   not found a cluster alone; it names every place the transport looked and what
+    ///   happened there. (It keeps looking until the timeout: a lossy network or a cluster
+    ///   still starting may answer late.)
     /// - [`NodeError::SettingMismatch`]: the coordinator refused this member because a
     ///   setting every member must share differs (the policy, the cluster size, the lease).
     /// - [`NodeError::Authentication`]: the members found answered only that they cannot open
@@ -487,26 +489,20 @@ impl NodeBuilder {
                     return Err(NodeError::Shutdown);
                 }
                 if shared.view.is_none() {
-                    if let Some(problem) = &shared.join_problem {
-                        if let Some(rejection) = sealer.rejection() {
-                            return Err(NodeError::Authentication(rejection));
-                        }
-                        return Err(match problem.clone() {
-                            JoinProblem::SettingMismatch {
-                                coordinator,
-                                setting,
-                                coordinator_value,
-                                joiner_value,
-                            } => NodeError::SettingMismatch {
-                                coordinator,
-                                setting,
-                                cluster_value: coordinator_value,
-                                our_value: joiner_value,
-                            },
-                            _ => NodeError::NoCluster {
-                                cluster: self.cluster.clone(),
-                                places: inner.transport.discovery_report(),
-                            },
+                    // A refusal is final; having heard nobody yet is not (a lossy network, a
+                    // cluster still starting): that fails only at the join timeout.
+                    if let Some(JoinProblem::SettingMismatch {
+                        coordinator,
+                        setting,
+                        coordinator_value,
+                        joiner_value,
+                    }) = &shared.join_problem
+                    {
+                        return Err(NodeError::SettingMismatch {
+                            coordinator: coordinator.clone(),
+                            setting: setting.clone(),
+                            cluster_value: coordinator_value.clone(),
+                            our_value: joiner_value.clone(),
                         });
                     }
                     Some(inner.changed.listen())
@@ -523,7 +519,18 @@ impl NodeBuilder {
                 return Ok(node);
             };
             if let Either::Right(_) = select(listener, &mut timer).await {
-                return Err(NodeError::JoinTimeout(self.join_timeout));
+                let nobody = inner.lock().join_problem == Some(JoinProblem::NobodyAnswered);
+                if let Some(rejection) = sealer.rejection() {
+                    return Err(NodeError::Authentication(rejection));
+                }
+                return Err(if nobody {
+                    NodeError::NoCluster {
+                        cluster: self.cluster.clone(),
+                        places: inner.transport.discovery_report(),
+                    }
+                } else {
+                    NodeError::JoinTimeout(self.join_timeout)
+                });
             }
         }
     }

@@ -11,6 +11,9 @@ use conclave::{EndpointConfig, Founding, LockError, Node, NodeError, PartitionPo
 
 use crate::common::{node, within, WAIT};
 
+/// How long a join that hears nobody looks before it fails, in these tests.
+const NOBODY: Duration = Duration::from_millis(1500);
+
 /// A discovery group and port of this test process alone.
 fn udp_config(test: u16) -> UdpConfig {
     UdpConfig {
@@ -44,6 +47,7 @@ fn a_udp_node_alone_on_its_group_fails_naming_the_group() {
             Node::builder("misconfig-udp-alone")
                 .transport(UdpMulticast::bind(&udp_config(0)).unwrap())
                 .config(EndpointConfig::local())
+                .join_timeout(NOBODY)
                 .join(),
         )
         .await
@@ -72,6 +76,7 @@ fn an_unreachable_seed_fails_the_join_naming_the_seed_and_the_error() {
             Node::builder("misconfig-dead-seed")
                 .transport(TcpMesh::loopback([dead]).unwrap())
                 .config(EndpointConfig::local())
+                .join_timeout(NOBODY)
                 .join(),
         )
         .await
@@ -105,6 +110,7 @@ fn a_seed_of_another_cluster_fails_the_join() {
             Node::builder("misconfig-ours")
                 .transport(TcpMesh::loopback([seed]).unwrap())
                 .config(EndpointConfig::local())
+                .join_timeout(NOBODY)
                 .join(),
         )
         .await
@@ -132,6 +138,7 @@ fn a_node_that_may_never_found_fails_alone_even_where_it_could() {
                 .transport(network.transport())
                 .config(EndpointConfig::local())
                 .founding(Founding::Never)
+                .join_timeout(NOBODY)
                 .join(),
         )
         .await

@@ -55,7 +55,7 @@ struct Held {
     bytes: Vec<u8>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
     heap: Mutex<(BinaryHeap<Reverse<Held>>, Rng, u64)>,
     wake: Condvar,
@@ -70,12 +70,6 @@ pub struct Delayed<T: Transport> {
     queue: Arc<Queue>,
 }
 
-impl Default for Rng {
-    fn default() -> Self {
-        Self::new(0x5eed)
-    }
-}
-
 impl<T: Transport> Delayed<T> {
     /// Wraps `inner`, with no delay until `control` sets one; `seed` drives the jitter.
     ///
@@ -85,7 +79,8 @@ impl<T: Transport> Delayed<T> {
         let inner = Arc::new(inner);
         let queue = Arc::new(Queue {
             heap: Mutex::new((BinaryHeap::new(), Rng::new(seed), 0)),
-            ..Queue::default()
+            wake: Condvar::new(),
+            closed: AtomicBool::new(false),
         });
         let (sender, held) = (Arc::clone(&inner), Arc::clone(&queue));
         std::thread::Builder::new()

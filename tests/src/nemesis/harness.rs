@@ -7,13 +7,15 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::checker::{self, Setting};
-use super::cluster::{append, Member, Output, Plan, LOCKS};
+use super::cluster::{append, Member, Output, Plan};
 use super::faults::{self, garbage_tcp, garbage_udp, set_loss, set_partition};
 use super::rng::Rng;
 use super::{now_us, plot};
 
 /// How long joining may take, for the first member and then for the rest.
 const READY_WAIT: Duration = Duration::from_secs(40);
+/// The calm between the last member's join and the first fault.
+const WARM_UP: Duration = Duration::from_secs(3);
 /// The most members down (killed and not yet back, or paused) at once.
 const MAX_DOWN: usize = 2;
 
@@ -565,7 +567,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
     let node_exe = exe.with_file_name("conclave-node");
     faults::nft(faults::NFT_SETUP)?;
     let key_file = if options.key {
-        let mut rng = Rng::new(options.seed ^ 0x6b65_79);
+        let mut rng = Rng::new(options.seed ^ 0x006b_6579);
         let hex: String = (0..4).map(|_| format!("{:016x}", rng.next_u64())).collect();
         let path = dir.join("cluster.key");
         std::fs::write(&path, format!("{hex}\n")).map_err(|e| format!("key: {e}"))?;
@@ -626,6 +628,11 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
         run.members[i].start(i, &plan, "with-others", &out)?;
     }
     wait_ready(&mut run, &[1, 2, 3, 4])?;
+    // A short calm first, so the fault phase's figures measure the faults, not the start.
+    let calm = Instant::now() + WARM_UP;
+    while Instant::now() < calm {
+        run.pump(calm);
+    }
     // Faults.
     run.log("start", &format!("seed {}", options.seed));
     let start = Instant::now();
@@ -754,5 +761,4 @@ fn write_outputs(dir: &Path, report: &checker::Report, names: &[String]) {
     let _ = std::fs::write(dir.join("summary.txt"), report.summary());
     let violations: String = report.violations.iter().map(|v| v.clone() + "\n").collect();
     let _ = std::fs::write(dir.join("violations.txt"), violations);
-    let _ = LOCKS;
 }

@@ -85,8 +85,8 @@ const MAX_INCR: u64 = 100_000;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 const USAGE: &str =
-    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE]
-       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE]";
+    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding F] [--bind IP[:PORT]]
+       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding F] [--bind IP[:PORT]]";
 
 /// The most seed addresses accepted.
 const MAX_SEEDS: usize = 64;

@@ -6,7 +6,7 @@
 //!
 //! - **Exclusion** (`Majority`): no hold is seen `Held` after a later grant of its lock to
 //!   another hold. A holder that was paused and woke to `Lost` never read `Held` again, so it
-//!   is no violation; it is counted under `overlaps told lost`.
+//!   is no violation; it is counted under `overlaps not seen held`.
 //! - **Tokens** (`Majority`): a grant never carries a token at or below the token of a hold
 //!   of its lock that ended (was last seen `Held`) before it; no token is granted twice.
 //! - **Fencing**: each register accepted tokens in non-decreasing order (it refuses the
@@ -254,7 +254,7 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     put("exits", count("exit").to_string());
     put("lock failures", failures.to_string());
     put("granted already lost", lost_on_grant.to_string());
-    put("overlaps told lost", overlaps_told.to_string());
+    put("overlaps not seen held", overlaps_told.to_string());
     put("available duplicates", duplicates.to_string());
     put("token inversions", inversions.to_string());
     put("longest unlock", format!("{:.2}s", secs(longest_unlock)));

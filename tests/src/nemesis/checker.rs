@@ -93,6 +93,9 @@ pub struct Report {
     pub counts: Vec<(String, String)>,
     /// One line per violation.
     pub violations: Vec<String>,
+    /// One line per overlap that is no violation (the earlier holder never read `Held` after
+    /// the later grant, or `Available`'s duplicates): what happened to the earlier holder.
+    pub overlaps: Vec<String>,
 }
 
 /// Reads the run folder and checks it.
@@ -221,7 +224,13 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     let mut duplicates = 0;
     let mut inversions = 0;
     for holds in report.holds.values() {
-        let found = check_lock(holds, setting, quiet, &mut report.violations);
+        let found = check_lock(
+            holds,
+            setting,
+            quiet,
+            &mut report.violations,
+            &mut report.overlaps,
+        );
         overlaps_told += found.0;
         duplicates += found.1;
         inversions += found.2;
@@ -352,6 +361,7 @@ fn check_lock(
     setting: Setting,
     quiet: u64,
     violations: &mut Vec<String>,
+    overlaps: &mut Vec<String>,
 ) -> (u64, u64, u64) {
     let (mut told, mut duplicates, mut inversions) = (0, 0, 0);
     // Holds granted earlier whose bar still runs (by `end`), for the overlap sweep.
@@ -404,8 +414,23 @@ fn check_lock(
                 continue;
             }
             let held_after = a.held_until.is_some_and(|t| t > b.granted);
+            let fate = format!(
+                "{} (token {}, granted {}) last read Held at {:?}, released {:?}, told lost {:?}, \
+                 killed {:?}; {} granted token {} at {}",
+                a.node,
+                a.token,
+                a.granted,
+                a.held_until,
+                a.released,
+                a.lost,
+                a.killed,
+                b.node,
+                b.token,
+                b.granted
+            );
             if !held_after {
                 told += 1;
+                overlaps.push(format!("{}: not seen held: {fate}", b.lock));
                 continue;
             }
             if setting.majority {
@@ -421,6 +446,7 @@ fn check_lock(
                 ));
             } else {
                 duplicates += 1;
+                overlaps.push(format!("{}: duplicate: {fate}", b.lock));
                 let resolved = a.lost.is_some() || a.released.is_some() || a.killed.is_some();
                 if !resolved {
                     violations.push(format!(
@@ -532,6 +558,7 @@ mod tests {
             MAJORITY,
             u64::MAX,
             &mut v,
+            &mut Vec::new(),
         );
         assert_eq!(v.len(), 1, "{v:?}");
     }
@@ -544,6 +571,7 @@ mod tests {
             MAJORITY,
             u64::MAX,
             &mut v,
+            &mut Vec::new(),
         );
         assert_eq!(v.len(), 1, "{v:?}");
     }
@@ -556,6 +584,7 @@ mod tests {
             MAJORITY,
             u64::MAX,
             &mut v,
+            &mut Vec::new(),
         );
         assert!(v.is_empty(), "{v:?}");
     }

@@ -20,7 +20,8 @@ const WARM_UP: Duration = Duration::from_secs(3);
 const MAX_DOWN: usize = 2;
 
 const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|majority] \
-[--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]";
+[--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
+       conclave-nemesis --check DIR [--policy available|majority] [--suspect-ms MS]";
 
 /// The command line.
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ struct Options {
     hold_ms: u64,
     broken: bool,
     inside: bool,
+    /// Only check the run folder `--out` again (with `--policy` and `--suspect-ms` as run).
+    check: bool,
 }
 
 impl Options {
@@ -50,6 +53,7 @@ impl Options {
             hold_ms: 20,
             broken: false,
             inside: false,
+            check: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -64,6 +68,10 @@ impl Options {
                 "--key" => o.key = true,
                 "--broken" => o.broken = true,
                 "--inside" => o.inside = true,
+                "--check" => {
+                    o.check = true;
+                    o.out = Some(PathBuf::from(value()?));
+                }
                 "--policy" => {
                     o.majority = match value()?.as_str() {
                         "majority" => true,
@@ -160,7 +168,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = if options.inside {
+    let result = if options.check {
+        check_again(&options)
+    } else if options.inside {
         inside(&options)
     } else {
         outside(&options)
@@ -688,11 +698,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
     }
     let _ = faults::nft("delete table inet nemesis\n");
     // Check.
-    let setting = Setting {
-        majority: options.majority,
-        liveness_us: u64::try_from(options.liveness().as_micros()).unwrap_or(u64::MAX),
-    };
-    let mut report = checker::check(&dir, setting);
+    let mut report = checker::check(&dir, setting(options));
     for name in unanswered {
         report.violations.push(format!(
             "{name} did not answer `stop` within {:.1}s after the quiet phase: a request left pending",
@@ -721,6 +727,28 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
     }
 }
 
+/// `--check DIR`: the checker again on a finished run's folder.
+fn check_again(options: &Options) -> Result<ExitCode, String> {
+    let dir = options.out.clone().ok_or("--check needs a folder")?;
+    let report = checker::check(&dir, setting(options));
+    print!("{}", report.summary());
+    for v in report.violations.iter().take(20) {
+        println!("VIOLATION {v}");
+    }
+    Ok(if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn setting(options: &Options) -> Setting {
+    Setting {
+        majority: options.majority,
+        liveness_us: u64::try_from(options.liveness().as_micros()).unwrap_or(u64::MAX),
+    }
+}
+
 fn wait_ready(run: &mut Run, which: &[usize]) -> Result<(), String> {
     let deadline = Instant::now() + READY_WAIT;
     while Instant::now() < deadline && which.iter().any(|&i| !run.ready[i]) {
@@ -736,7 +764,7 @@ fn wait_ready(run: &mut Run, which: &[usize]) -> Result<(), String> {
 }
 
 /// `history.log` (faults and operations merged by time), `plot.svg`, `summary.txt`,
-/// `violations.txt`.
+/// `violations.txt`, `overlaps.txt`.
 fn write_outputs(dir: &Path, report: &checker::Report, names: &[String]) {
     let mut lines: Vec<(u64, String)> = report
         .faults
@@ -761,4 +789,6 @@ fn write_outputs(dir: &Path, report: &checker::Report, names: &[String]) {
     let _ = std::fs::write(dir.join("summary.txt"), report.summary());
     let violations: String = report.violations.iter().map(|v| v.clone() + "\n").collect();
     let _ = std::fs::write(dir.join("violations.txt"), violations);
+    let overlaps: String = report.overlaps.iter().map(|v| v.clone() + "\n").collect();
+    let _ = std::fs::write(dir.join("overlaps.txt"), overlaps);
 }

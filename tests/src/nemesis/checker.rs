@@ -14,10 +14,11 @@
 //! - **Liveness**: after the faults stop, every lock is granted within the stated bound;
 //!   (the harness adds: every member answers `stop`, so no request is left pending).
 //! - **`Available`**: a hold seen `Held` after a later grant is a duplicate; it is allowed while
-//!   faults run, and must be resolved (its holder told `Lost` or released); one starting after
-//!   the quiet phase's bound is a violation.
+//!   faults run, and must be resolved (its holder told `Lost` or released); one starting later
+//!   than the liveness bound after the heal is a violation (the members need that long to notice
+//!   the heal and merge; `last duplicate after heal` says how long they took).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -223,6 +224,7 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     let mut overlaps_told = 0;
     let mut duplicates = 0;
     let mut inversions = 0;
+    let mut late_duplicate = 0;
     for holds in report.holds.values() {
         let found = check_lock(
             holds,
@@ -230,6 +232,7 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
             quiet,
             &mut report.violations,
             &mut report.overlaps,
+            &mut late_duplicate,
         );
         overlaps_told += found.0;
         duplicates += found.1;
@@ -266,6 +269,10 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     put("overlaps not seen held", overlaps_told.to_string());
     put("available duplicates", duplicates.to_string());
     put("token inversions", inversions.to_string());
+    put(
+        "last duplicate after heal",
+        format!("{:.2}s", secs(late_duplicate)),
+    );
     put("longest unlock", format!("{:.2}s", secs(longest_unlock)));
     put("regrant after heal", format!("{:.2}s", secs(liveness)));
     put("refusals in client logs", writes_refused_seen.to_string());
@@ -354,16 +361,19 @@ fn check_registers(dir: &Path, violations: &mut Vec<String>) -> (u64, u64) {
     (refused, found)
 }
 
-/// Exclusion, tokens and duplicates of one lock; returns (overlaps told lost, duplicates,
-/// token inversions).
+/// Exclusion, tokens and duplicates of one lock; returns (holds overlapping a later grant
+/// without being seen held after it, holds duplicated under `Available`, token inversions).
 fn check_lock(
     holds: &[Hold],
     setting: Setting,
     quiet: u64,
     violations: &mut Vec<String>,
     overlaps: &mut Vec<String>,
+    late: &mut u64,
 ) -> (u64, u64, u64) {
     let (mut told, mut duplicates, mut inversions) = (0, 0, 0);
+    // Each earlier hold is counted once, however many later grants it overlapped.
+    let mut counted: BTreeSet<(&str, u64)> = BTreeSet::new();
     // Holds granted earlier whose bar still runs (by `end`), for the overlap sweep.
     let mut active: Vec<&Hold> = Vec::new();
     // Holds by the time they were last seen held, for the token sweep.
@@ -428,8 +438,9 @@ fn check_lock(
                 b.token,
                 b.granted
             );
+            let first = counted.insert((a.node.as_str(), a.token));
             if !held_after {
-                told += 1;
+                told += u64::from(first);
                 overlaps.push(format!("{}: not seen held: {fate}", b.lock));
                 continue;
             }
@@ -445,7 +456,7 @@ fn check_lock(
                     b.granted
                 ));
             } else {
-                duplicates += 1;
+                duplicates += u64::from(first);
                 overlaps.push(format!("{}: duplicate: {fate}", b.lock));
                 let resolved = a.lost.is_some() || a.released.is_some() || a.killed.is_some();
                 if !resolved {
@@ -455,6 +466,9 @@ fn check_lock(
                     ));
                 }
                 if b.granted > quiet {
+                    *late = (*late).max(b.granted - quiet);
+                }
+                if b.granted > quiet.saturating_add(setting.liveness_us) {
                     violations.push(format!(
                         "{}: duplicate after the faults stopped: {} (token {}) held until {} \
                          and {} (token {}) granted at {}",
@@ -559,6 +573,7 @@ mod tests {
             u64::MAX,
             &mut v,
             &mut Vec::new(),
+            &mut 0,
         );
         assert_eq!(v.len(), 1, "{v:?}");
     }
@@ -572,6 +587,7 @@ mod tests {
             u64::MAX,
             &mut v,
             &mut Vec::new(),
+            &mut 0,
         );
         assert_eq!(v.len(), 1, "{v:?}");
     }
@@ -585,6 +601,7 @@ mod tests {
             u64::MAX,
             &mut v,
             &mut Vec::new(),
+            &mut 0,
         );
         assert!(v.is_empty(), "{v:?}");
     }

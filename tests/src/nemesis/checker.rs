@@ -114,6 +114,7 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     let mut lost_notices = 0;
     let mut failures = 0;
     let mut writes_refused_seen = 0;
+    let (mut lost_on_grant, mut suspended_on_grant) = (0, 0);
     let mut holds = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -158,6 +159,8 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
                     if open {
                         close_killed(&mut mine, &kills, t);
                     }
+                    lost_on_grant += u64::from(w[6] == "lost");
+                    suspended_on_grant += u64::from(w[6] == "suspended");
                     mine.push(Hold {
                         node: w[2].to_owned(),
                         lock: w[3].to_owned(),
@@ -211,7 +214,6 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     }
     holds.sort_by_key(|h| (h.granted, h.token));
     let acquisitions = holds.len();
-    let lost_on_grant = holds.iter().filter(|h| h.held_until.is_none()).count();
     let longest_unlock = holds.iter().map(|h| h.unlock_us).max().unwrap_or(0);
     for hold in holds {
         report
@@ -266,6 +268,7 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     put("exits", count("exit").to_string());
     put("lock failures", failures.to_string());
     put("granted already lost", lost_on_grant.to_string());
+    put("granted suspended", suspended_on_grant.to_string());
     put("overlaps not seen held", overlaps_told.to_string());
     put("available duplicates", duplicates.to_string());
     put("token inversions", inversions.to_string());

@@ -43,7 +43,8 @@ if ! command -v nft >/dev/null || ! command -v ip >/dev/null; then
     apt-get update -qq >/dev/null && apt-get install -y -qq nftables iproute2 >/dev/null
 fi
 
-cargo build --locked --release -p conclave-tests --bin conclave-nemesis --bin conclave-node
+# The workspace's features, as scripts/test.sh builds them, so CI reuses its release build.
+cargo build --locked --release --workspace --all-features --bins
 target="${CARGO_TARGET_DIR:-target}/release"
 seed="${seed:-$(date +%s)}"
 

@@ -320,17 +320,7 @@ impl Run {
             return;
         }
         let Some(line) = output.line else {
-            // Its output ended: it exited by itself (we reap killed ones first) unless we are
-            // stopping it.
-            if self.members[i].child.is_some() && self.members[i].exited() {
-                self.log("exit", &self.members[i].name.clone());
-                self.members[i].kill();
-                self.ready[i] = false;
-                self.agenda.push((
-                    Instant::now() + Duration::from_millis(500),
-                    Action::Restart(i),
-                ));
-            }
+            // Its output ended; `reap` notices the exit.
             return;
         };
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -357,7 +347,23 @@ impl Run {
             .count()
     }
 
+    /// A member that exited by itself (a restart that could not join in time) is restarted.
+    fn reap(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_some() && self.members[i].exited() {
+                self.log("exit", &self.members[i].name.clone());
+                self.members[i].kill();
+                self.ready[i] = false;
+                self.agenda.push((
+                    Instant::now() + Duration::from_millis(500),
+                    Action::Restart(i),
+                ));
+            }
+        }
+    }
+
     fn due(&mut self) {
+        self.reap();
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = self.agenda.drain(..).partition(|(t, _)| *t <= now);
         self.agenda = later;
@@ -653,7 +659,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
             .agenda
             .iter()
             .map(|(t, _)| *t)
-            .chain([next, end])
+            .chain([next, end, Instant::now() + Duration::from_millis(200)])
             .min()
             .unwrap_or(end);
         run.pump(wake);

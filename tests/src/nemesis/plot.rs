@@ -7,7 +7,7 @@ use super::checker::Report;
 
 const WIDTH: f64 = 1600.0;
 const LEFT: f64 = 90.0;
-const ROW: f64 = 28.0;
+const ROW: f64 = 40.0;
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 ];
@@ -52,7 +52,7 @@ pub fn svg(report: &Report, nodes: &[String]) -> String {
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="4" y="14">{:.1} s; faults on the top row; a bar per hold, coloured by member</text>"#,
+        r#"<text x="4" y="14">{:.1} s; faults on the top row; a bar per hold, in its member's lane and colour</text>"#,
         span / 1e6
     );
     // Faults.
@@ -80,17 +80,16 @@ pub fn svg(report: &Report, nodes: &[String]) -> String {
             escape(lock)
         );
         for hold in holds {
-            let colour = nodes
-                .iter()
-                .position(|n| *n == hold.node)
-                .map_or("#000000", |i| COLOURS[i % COLOURS.len()]);
+            let lane = nodes.iter().position(|n| *n == hold.node);
+            let colour = lane.map_or("#000000", |i| COLOURS[i % COLOURS.len()]);
+            // Each member its own lane in the row, so overlapping holds show side by side.
+            let lane_height = (ROW - 8.0) / nodes.len().max(1) as f64;
+            let lane_y = y + 4.0 + lane.unwrap_or(0) as f64 * lane_height;
             let (x0, x1) = (x(hold.granted), x(hold.end()));
             let _ = writeln!(
                 out,
-                r#"<rect x="{x0:.2}" y="{:.1}" width="{:.2}" height="{:.1}" fill="{colour}"><title>{} token {}</title></rect>"#,
-                y + 4.0,
+                r#"<rect x="{x0:.2}" y="{lane_y:.1}" width="{:.2}" height="{lane_height:.1}" fill="{colour}"><title>{} token {}</title></rect>"#,
                 (x1 - x0).max(0.5),
-                ROW - 8.0,
                 hold.node,
                 hold.token
             );

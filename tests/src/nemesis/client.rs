@@ -233,3 +233,21 @@ fn append(path: &Path, line: &str) -> std::io::Result<()> {
         .open(path)
         .and_then(|mut f| f.write_all(line.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_register_refuses_a_token_below_the_last_accepted() {
+        let dir = std::env::temp_dir().join(format!("conclave-register-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("reg")).unwrap();
+        assert_eq!(register_write(&dir, "a", 5, "n1").unwrap(), (true, 0));
+        assert_eq!(register_write(&dir, "a", 5, "n1").unwrap(), (true, 5));
+        assert_eq!(register_write(&dir, "a", 4, "n2").unwrap(), (false, 5));
+        assert_eq!(register_write(&dir, "a", 9, "n2").unwrap(), (true, 5));
+        let log = std::fs::read_to_string(dir.join("reg").join("a.log")).unwrap();
+        assert_eq!(log.lines().filter(|l| l.ends_with("refused")).count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -173,7 +173,7 @@ pub fn status_word(status: LockStatus) -> &'static str {
 /// before: `(accepted, last accepted before)`.
 ///
 /// # Errors
-/// The file could not be opened, locked within [`REGISTER_WAIT`], read or written.
+/// The file could not be opened, locked within 200 ms, read or written.
 pub fn register_write(
     dir: &Path,
     lock: &str,

@@ -17,6 +17,9 @@
 //! - the test binary `security` attacks keyed clusters over UDP and TCP ([`attacker`]): outsiders,
 //!   wrong keys, forged and replayed packets, key rotation, as `security::<transport>::<attack>`.
 //!
+//! - [`nemesis`] (Linux): the real-process fault harness `conclave-nemesis` and what the
+//!   `conclave-node` processes it drives run (`docs/reliability.md`).
+//!
 //! Whoever writes a new backend adds a [`fixtures::Start`] for it and one line to the
 //! `conformance!` list in `tests/backends.rs`; the suite then tells them what the trait means.
 
@@ -25,6 +28,8 @@
 pub mod attacker;
 pub mod backend;
 pub mod fixtures;
+#[cfg(target_os = "linux")]
+pub mod nemesis;
 
 use std::future::Future;
 use std::time::Duration;

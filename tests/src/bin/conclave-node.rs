@@ -3,8 +3,8 @@
 //! tests (`tests/tests/multiprocess.rs`) run several of these.
 //!
 //! ```text
-//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never]
-//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never]
+//! conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never] [--bind IP[:PORT]]
+//! conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding alone|with-others|never] [--bind IP[:PORT]]
 //! ```
 //!
 //! Over `udp`, the node binds its unicast socket on 127.0.0.1 and discovers its peers on the
@@ -18,8 +18,11 @@
 //! cluster key (64 hex digits) that seals its traffic; `--suspect-ms MS` the failure detector's
 //! suspect timeout, in milliseconds, instead of the one-host timings'; `--founding` when the
 //! node may found a cluster (`conclave::Founding`; default `alone`, as the suite starts members
-//! one by one, while the library's default for these transports is `with-others`). The member
-//! name is 1 to 64 characters of `[A-Za-z0-9_.-]`.
+//! one by one, while the library's default for these transports is `with-others`); `--bind`
+//! the loopback address (and port; default 0, any) of the member's socket instead of
+//! 127.0.0.1, also the interface of its multicast (the nemesis gives each member its own). The
+//! member name is 1 to 64 characters of `[A-Za-z0-9_.-]`. Every transport is wrapped so that
+//! `net delay` can hold its sends back.
 //!
 //! Commands, one per line (whitespace-separated words, lines of at most 4 KiB):
 //!
@@ -32,7 +35,9 @@
 //! | `view` | `VIEW ...` of the current view |
 //! | `incr <file> <lock> <n>` | `n` times: lock; append `enter <token> <member>` to `<file>.log`; read the integer in `<file>` (0 if missing); write it plus one; append `exit <token> <member>`; unlock. Then `DONE incr <lock> <n>` |
 //! | `work <dir> <hold-ms> <lock>...` | until `stop`, the locks in turn (from one picked by the member name): lock; append `enter <token> <member> <wait-µs>` to `<dir>/<lock>.log` (the wait from asking to the grant); hold for `hold-ms`; append `exit <token> <member>`; unlock. One at a time per node |
-//! | `stop` | ends `work` after the section in progress: `STOPPED <sections>` |
+//! | `fenced <dir> <hold-ms> <timeout-ms> <lock>...` | as `work`, for the nemesis: each lock with `lock_timeout`, writes through a fencing register and logs every operation to `<dir>/ops-<member>.log` (`conclave_tests::nemesis::client`); errors are logged and retried. `CONCLAVE_NEMESIS_BROKEN=ignore-lost` makes it a broken client that ignores the lock's status |
+//! | `stop` | ends `work` or `fenced` after the section in progress: `STOPPED <sections>` |
+//! | `net delay <ms> <jitter-ms>` | holds every send back `ms` plus up to `jitter-ms` (so reorders them); `net delay 0 0` stops: `NET <ms> <jitter-ms>` |
 //! | `key install\|use\|remove <key-file>` | changes the keyring (install a key, make it the primary, remove it): `KEYS <primary id> <installed ids...>` |
 //! | `stats` | `STATS <sealed> <opened> <failed_authentication> <key_mismatch> <replayed> <stale_session> <foreign> <notices_sent> <notices_received> <resident KiB>` |
 //! | `quit` (or end of input) | releases everything, leaves the cluster, prints `BYE`, exits |
@@ -57,12 +62,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use conclave::seal::ClusterKey;
-use conclave::tcp::TcpMesh;
+use conclave::tcp::{TcpConfig, TcpMesh};
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{
     DistributedMutex, EndpointConfig, Founding, LockError, LockEvent, LockStatus, MemberId,
     MutexGuard, Node, PartitionPolicy, UnlockError, View,
 };
+use conclave_tests::nemesis::client::Fenced;
+use conclave_tests::nemesis::delay::{DelayControl, Delayed};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
@@ -78,8 +85,8 @@ const MAX_INCR: u64 = 100_000;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 const USAGE: &str =
-    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE]
-       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE]";
+    "usage: conclave-node <cluster> <member-name> udp <discovery-port> <group> [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding F] [--bind IP[:PORT]]
+       conclave-node <cluster> <member-name> tcp [<seed-address>...] [--majority N] [--data-dir DIR] [--key-file FILE] [--suspect-ms MS] [--founding F] [--bind IP[:PORT]]";
 
 /// The most seed addresses accepted.
 const MAX_SEEDS: usize = 64;
@@ -111,6 +118,7 @@ struct Args {
     key_file: Option<PathBuf>,
     suspect: Option<Duration>,
     founding: Founding,
+    bind: Option<SocketAddr>,
 }
 
 /// Which transport, and where.
@@ -127,8 +135,19 @@ impl Args {
         let mut key_file = None;
         let mut suspect = None;
         let mut founding = Founding::Alone;
+        let mut bind = None;
         while let Some(arg) = args.next() {
-            if arg == "--founding" {
+            if arg == "--bind" {
+                let addr = args.next().ok_or("--bind needs an address")?;
+                let addr = addr
+                    .parse::<SocketAddr>()
+                    .or_else(|_| addr.parse::<Ipv4Addr>().map(|ip| SocketAddr::from((ip, 0))))
+                    .map_err(|e| format!("--bind {addr}: {e}"))?;
+                if !addr.ip().is_loopback() || !addr.is_ipv4() {
+                    return Err(format!("--bind {addr} is not an IPv4 loopback address"));
+                }
+                bind = Some(addr);
+            } else if arg == "--founding" {
                 founding = match args.next().as_deref() {
                     Some("alone") => Founding::Alone,
                     Some("with-others") => Founding::WithOthers,
@@ -208,6 +227,7 @@ impl Args {
             key_file,
             suspect,
             founding,
+            bind,
         })
     }
 }
@@ -218,6 +238,20 @@ enum Done {
     Released(String, Result<(), UnlockError>),
     Incremented(String, Result<u64, String>),
     Worked(Result<u64, String>),
+}
+
+/// Every transport is wrapped, so `net delay` works over both.
+fn delayed<T: conclave::api::Transport>(
+    transport: std::io::Result<T>,
+    control: &DelayControl,
+) -> Result<Delayed<T>, String> {
+    let seed = u64::from(std::process::id());
+    Delayed::new(
+        transport.map_err(|e| format!("bind: {e}"))?,
+        control.clone(),
+        seed,
+    )
+    .map_err(|e| format!("delay thread: {e}"))
 }
 
 type Operation = Pin<Box<dyn Future<Output = Done>>>;
@@ -232,17 +266,30 @@ enum Input {
 
 async fn run(args: Args) -> Result<(), String> {
     let builder = Node::builder(args.cluster);
-    let builder = match args.backend {
-        Backend::Udp { port, group } => {
-            let config = UdpConfig {
+    let delay = DelayControl::default();
+    let builder = match (args.backend, args.bind) {
+        (Backend::Udp { port, group }, bind) => {
+            let mut config = UdpConfig {
                 group,
                 port,
                 ..UdpConfig::loopback()
             };
-            builder.transport(UdpMulticast::bind(&config).map_err(|e| format!("bind: {e}"))?)
+            if let Some(SocketAddr::V4(bind)) = bind {
+                config.bind = bind.into();
+                config.interface = *bind.ip();
+            }
+            builder.transport(delayed(UdpMulticast::bind(&config), &delay)?)
         }
-        Backend::Tcp { seeds } => {
-            builder.transport(TcpMesh::loopback(seeds).map_err(|e| format!("bind: {e}"))?)
+        (Backend::Tcp { seeds }, None) => {
+            builder.transport(delayed(TcpMesh::loopback(seeds), &delay)?)
+        }
+        (Backend::Tcp { seeds }, Some(bind)) => {
+            let config = TcpConfig {
+                bind,
+                seeds,
+                ..TcpConfig::loopback()
+            };
+            builder.transport(delayed(TcpMesh::bind(&config), &delay)?)
         }
     };
     let mut config = EndpointConfig::local();
@@ -279,6 +326,8 @@ async fn run(args: Args) -> Result<(), String> {
         requested: HashSet::new(),
         pending: FuturesUnordered::new(),
         working: None,
+        fenced: None,
+        delay,
     };
     loop {
         let input = futures::future::poll_fn(|cx| {
@@ -303,7 +352,12 @@ async fn run(args: Args) -> Result<(), String> {
         match input {
             Input::Done(done) => state.finished(done),
             Input::View(view) => say(format_args!("VIEW {}", view_words(&view))),
-            Input::Lost(name, reason) => say(format_args!("LOST {name} {reason}")),
+            Input::Lost(name, reason) => {
+                if let Some(fenced) = &state.fenced {
+                    fenced.lost(&name, &reason);
+                }
+                say(format_args!("LOST {name} {reason}"));
+            }
             Input::Line(Some(Err(message))) => say(format_args!("ERROR - {message}")),
             Input::Line(Some(Ok(line))) => {
                 if !state.command(&line) {
@@ -328,6 +382,10 @@ struct State<'a> {
     pending: FuturesUnordered<Operation>,
     /// `work` in progress: set to ask it to stop.
     working: Option<Rc<Cell<bool>>>,
+    /// The nemesis client's settings, once `fenced` started (for its `LOST` lines).
+    fenced: Option<Rc<Fenced>>,
+    /// The delay of every send (`net delay`).
+    delay: DelayControl,
 }
 
 impl State<'_> {
@@ -361,6 +419,10 @@ impl State<'_> {
             }
             ("incr", [file, name, n]) => self.incr(file, name, n),
             ("work", [dir, hold, locks @ ..]) if !locks.is_empty() => self.work(dir, hold, locks),
+            ("fenced", [dir, hold, timeout, locks @ ..]) if !locks.is_empty() => {
+                self.fenced(dir, hold, timeout, locks)
+            }
+            ("net", ["delay", ms, jitter]) => self.net_delay(ms, jitter),
             ("stop", []) => match &self.working {
                 Some(stop) => {
                     stop.set(true);
@@ -374,8 +436,8 @@ impl State<'_> {
                 Ok(())
             }
             (
-                "quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr" | "work" | "stop"
-                | "key" | "stats",
+                "quit" | "lock" | "try" | "unlock" | "status" | "view" | "incr" | "work" | "fenced"
+                | "stop" | "net" | "key" | "stats",
                 _,
             ) => Err("wrong number of arguments".to_owned()),
             _ => Err("unknown command".to_owned()),
@@ -456,6 +518,50 @@ impl State<'_> {
         self.pending.push(Box::pin(async move {
             Done::Worked(work(&mutexes, &dir, hold, &member, &stop).await)
         }));
+        Ok(())
+    }
+
+    fn fenced(
+        &mut self,
+        dir: &str,
+        hold: &str,
+        timeout: &str,
+        locks: &[&str],
+    ) -> Result<(), String> {
+        if self.working.is_some() {
+            return Err("work is in progress already".to_owned());
+        }
+        let ms = |w: &str| {
+            w.parse()
+                .map(Duration::from_millis)
+                .map_err(|e| format!("{w:?}: {e}"))
+        };
+        let mutexes = locks
+            .iter()
+            .map(|name| Ok(((*name).to_owned(), self.mutex(name)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let fenced = Rc::new(Fenced {
+            dir: PathBuf::from(dir),
+            node: self.node.member_id().name().to_owned(),
+            hold: ms(hold)?,
+            timeout: ms(timeout)?,
+            broken: std::env::var("CONCLAVE_NEMESIS_BROKEN").as_deref() == Ok("ignore-lost"),
+        });
+        let stop = Rc::new(Cell::new(false));
+        self.working = Some(Rc::clone(&stop));
+        self.fenced = Some(Rc::clone(&fenced));
+        self.pending.push(Box::pin(async move {
+            Done::Worked(Ok(fenced.run(&mutexes, &stop).await))
+        }));
+        Ok(())
+    }
+
+    fn net_delay(&mut self, ms: &str, jitter: &str) -> Result<(), String> {
+        let parse = |w: &str| w.parse::<u64>().map_err(|e| format!("{w:?}: {e}"));
+        let (ms, jitter) = (parse(ms)?, parse(jitter)?);
+        self.delay
+            .set(Duration::from_millis(ms), Duration::from_millis(jitter));
+        say(format_args!("NET {ms} {jitter}"));
         Ok(())
     }
 

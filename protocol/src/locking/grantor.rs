@@ -166,8 +166,8 @@ pub(crate) struct Grantor {
     /// The newest send stamp received from each member (its grants' leases run from it).
     stamps: BTreeMap<MemberId, u64>,
     /// When this grantor last vouched for a hold of each member (a grant, a resent grant, a
-    /// renewal) in its current term or reconciled table: that hold's lease ends at most a
-    /// `lease` (on the holder's clock) after it.
+    /// renewal): that hold's lease ends at most a `lease` (on the holder's clock) after it.
+    /// Kept whatever the phase; pruned once older than the fence.
     vouched: BTreeMap<MemberId, Instant>,
     /// This grantor's turn in its view: 0 after a reconciliation, one more per handoff.
     pub(crate) generation: u64,
@@ -258,7 +258,6 @@ impl Grantor {
         self.generation = 0;
         self.table.clear();
         self.stamps.retain(|m, _| ctx.view.contains(m));
-        self.vouched.clear();
         self.grace_until = ctx.fence.map(|d| ctx.now + d);
         let awaiting: BTreeSet<MemberId> = ctx.view.members().iter().cloned().collect();
         for member in &awaiting {
@@ -369,7 +368,6 @@ impl Grantor {
         self.view_epoch = ctx.view.epoch();
         self.grace_until = None;
         self.stamps.clear();
-        self.vouched.clear();
         self.table.clear();
         self.table.observe_token(last_token);
         for h in &held {
@@ -443,7 +441,6 @@ impl Grantor {
         self.table.clear();
         self.grace_until = None;
         self.stamps.clear();
-        self.vouched.clear();
     }
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
@@ -477,7 +474,12 @@ impl Grantor {
             let locks = self.table.remove_holders_of(member, fenced_until);
             debug!(%member, locks = locks.len(), ?fenced_until, "departed member's locks freed");
         }
-        self.vouched.retain(|m, _| ctx.view.contains(m));
+        // Only vouches within a fence of now can still fence anything. They are kept across
+        // phases and terms otherwise: a hold this grantor vouched for may come back in a
+        // report (a named service can reconcile again within one term of its member).
+        if let Some(fence) = ctx.fence {
+            self.vouched.retain(|_, at| *at + fence > ctx.now);
+        }
         self.promote_all(ctx, out);
         // Waiters of departed members that promotion did not reach.
         self.table.remove_waiters(|m| ctx.view.contains(m));

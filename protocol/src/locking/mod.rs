@@ -1264,7 +1264,10 @@ impl LockService {
                 self.support.observe_term(probe.term);
             }
         }
-        if let (Some(echo), Some(term)) = (beat.echo, self.term.as_mut()) {
+        // Support counts from members of our view only (a removed member's stopped counting
+        // when it was removed; `keep_term`).
+        let member = self.view.as_ref().is_some_and(|v| v.contains(from));
+        if let (Some(echo), Some(term), true) = (beat.echo, self.term.as_mut(), member) {
             term.echoed(from, echo);
         }
         if let Some(promised) = beat.refused {

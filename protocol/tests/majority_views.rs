@@ -4,12 +4,12 @@
 //! endpoint, on a lossless network that delivers at once; crashed members neither send nor
 //! receive.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use conclave_lock_api::{FencingToken, LockName, MemberId, RequestId};
 use conclave_protocol::gms::Founding;
-use conclave_protocol::locking::{LockNotice, LockRequest, PartitionPolicy};
+use conclave_protocol::locking::{HoldStatus, LockNotice, LockRequest, PartitionPolicy};
 use conclave_protocol::{Destination, Endpoint, EndpointConfig, EndpointEvent, Instant};
 
 const SIZE: usize = 5;
@@ -27,6 +27,8 @@ struct Cluster {
     incarnations: u128,
     /// The highest term each member slot wrote to its stable storage.
     disk: Vec<u64>,
+    /// Directed links (from, to) that lose everything.
+    cut: BTreeSet<(usize, usize)>,
 }
 
 impl Cluster {
@@ -42,6 +44,7 @@ impl Cluster {
             config,
             incarnations: 0,
             disk: vec![0; SIZE],
+            cut: BTreeSet::new(),
         };
         for i in 0..SIZE {
             let node = cluster.endpoint(i);
@@ -109,7 +112,7 @@ impl Cluster {
                         Destination::Member(addr) => self.nodes[to].local().addr() == addr,
                         Destination::Discovery => to != from,
                     };
-                    if addressed && self.alive[to] {
+                    if addressed && self.alive[to] && !self.cut.contains(&(from, to)) {
                         let now = self.now;
                         self.nodes[to].handle_datagram(now, &transmit.bytes);
                     }
@@ -335,4 +338,65 @@ fn a_member_killed_and_restarted_at_once_stops_no_grant() {
         longest <= PROMPTLY,
         "a free lock waited {longest:?} after a member was killed and restarted"
     );
+}
+
+/// Cuts every link between `side` and the other members, both ways.
+fn partition(c: &mut Cluster, side: &[usize]) {
+    for a in side {
+        for b in (0..SIZE).filter(|b| !side.contains(b)) {
+            c.cut.insert((*a, b));
+            c.cut.insert((b, *a));
+        }
+    }
+}
+
+/// A member cut off while it holds a lock, alive and believing it holds, is removed; the
+/// grantor keeps its term (and a majority) and grants every free lock at once, and the cut-off
+/// member's lock only once that member no longer believes it holds it.
+fn cut_off_holder_is_fenced(cut: impl Fn(&mut Cluster)) {
+    let mut c = Cluster::new();
+    let held = c.lock(3, "held");
+    assert!(c.run_until(PROMPTLY, |c| c.granted(3, held)));
+    let (_, old_token) = c.grant(3, held).expect("granted");
+    c.run_for(Duration::from_millis(130));
+    cut(&mut c);
+    let waiter = c.lock(1, "held");
+    let end = c.now + Duration::from_secs(10);
+    while !c.granted(1, waiter) && c.now < end {
+        c.tick();
+        if c.granted(1, waiter) {
+            let status = c.nodes[3].lock_status(c.now, held);
+            assert!(
+                !matches!(status, Some(HoldStatus::Held | HoldStatus::Suspended)),
+                "granted to member 1 while member 3 still holds: {status:?}"
+            );
+        }
+    }
+    let (_, token) = c.grant(1, waiter).expect("granted in the end");
+    assert!(
+        token > old_token,
+        "tokens increase: {old_token} then {token}"
+    );
+    assert_eq!(
+        token.epoch(),
+        old_token.epoch(),
+        "the grantor kept its term"
+    );
+    let longest = c.longest_wait(Duration::from_secs(2), &[3, 4]);
+    assert!(longest <= PROMPTLY, "a free lock waited {longest:?}");
+}
+
+#[test]
+fn a_holder_cut_off_with_a_minority_is_fenced_while_the_grantor_keeps_its_term() {
+    cut_off_holder_is_fenced(|c| partition(c, &[3, 4]));
+}
+
+#[test]
+fn a_holder_that_hears_the_grantor_but_is_not_heard_is_fenced() {
+    // One-way: member 3 still receives everything, nothing it sends arrives.
+    cut_off_holder_is_fenced(|c| {
+        for to in 0..SIZE {
+            c.cut.insert((3, to));
+        }
+    });
 }

@@ -36,8 +36,12 @@ pub(crate) struct Ctx<'a> {
     /// `Majority`: the grantor's term, the high half of its fencing tokens (`Available` uses
     /// the epoch of the reconciled view).
     pub(crate) term: Option<u64>,
-    /// `Majority`: how long a departed member's locks stay fenced (lease + margin).
+    /// `Majority`: how long a departed member's locks stay fenced (lease + margin) after the
+    /// grantor last vouched for its holds.
     pub(crate) fence: Option<Duration>,
+    /// `Majority`: when the term's grace period ends (`None` before a majority supported it):
+    /// by then every hold no grantor of this term vouched for has run out.
+    pub(crate) grace_end: Option<Instant>,
     pub(crate) reconcile_timeout: Duration,
     /// `Majority`: the cluster size; reconciliation needs reports from a strict majority of
     /// it (members that installed the grantor's view) before the grantor may serve.
@@ -161,6 +165,10 @@ pub(crate) struct Grantor {
     grace_until: Option<Instant>,
     /// The newest send stamp received from each member (its grants' leases run from it).
     stamps: BTreeMap<MemberId, u64>,
+    /// When this grantor last vouched for a hold of each member (a grant, a resent grant, a
+    /// renewal): that hold's lease ends at most a `lease` (on the holder's clock) after it.
+    /// Kept whatever the phase; pruned once older than the fence.
+    vouched: BTreeMap<MemberId, Instant>,
     /// This grantor's turn in its view: 0 after a reconciliation, one more per handoff.
     pub(crate) generation: u64,
     pub(crate) stats: GrantorStats,
@@ -196,6 +204,7 @@ impl Grantor {
             view_epoch: 0,
             grace_until: None,
             stamps: BTreeMap::new(),
+            vouched: BTreeMap::new(),
             generation: 0,
             stats: GrantorStats::default(),
             sabotage: GrantorSabotage::default(),
@@ -460,14 +469,40 @@ impl Grantor {
             .map(|(_, h)| h.owner.member.clone())
             .filter(|m| !ctx.view.contains(m))
             .collect();
-        let fenced_until = ctx.fence.map(|d| ctx.now + d);
         for member in &departed {
+            let fenced_until = self.fenced_until(ctx, member);
             let locks = self.table.remove_holders_of(member, fenced_until);
-            debug!(%member, locks = locks.len(), "departed member's locks freed");
+            debug!(%member, locks = locks.len(), ?fenced_until, "departed member's locks freed");
+        }
+        // Only vouches within a fence of now can still fence anything. They are kept across
+        // phases and terms otherwise: a hold this grantor vouched for may come back in a
+        // report (a named service can reconcile again within one term of its member).
+        if let Some(fence) = ctx.fence {
+            self.vouched.retain(|_, at| *at + fence > ctx.now);
         }
         self.promote_all(ctx, out);
         // Waiters of departed members that promotion did not reach.
         self.table.remove_waiters(|m| ctx.view.contains(m));
+    }
+
+    /// `Majority`: until when the locks of `member`, removed from the view, stay fenced: its
+    /// holds' leases all end by then. Each ran from a stamp `member` sent before this grantor
+    /// last vouched for it, or, if this grantor never did, was last confirmed by an earlier
+    /// term and ended by this term's grace end (the same bound as the grace period itself).
+    /// Without a grace end yet, a full fence from now.
+    fn fenced_until(&self, ctx: &Ctx<'_>, member: &MemberId) -> Option<Instant> {
+        let fence = ctx.fence?;
+        let Some(grace_end) = ctx.grace_end else {
+            return Some(ctx.now + fence);
+        };
+        let vouched = self.vouched.get(member).map(|at| *at + fence);
+        Some(vouched.map_or(grace_end, |v| v.max(grace_end)))
+    }
+
+    /// Records that this grantor vouches for a hold of `member` now (just before it sends the
+    /// grant or the renewal).
+    fn vouch(&mut self, member: &MemberId, now: Instant) {
+        self.vouched.insert(member.clone(), now);
     }
 
     /// Handles a message for the grantor role from `from`.
@@ -498,6 +533,7 @@ impl Grantor {
                         .into_iter()
                         .filter(|r| self.table.holds_request(from, *r))
                         .collect();
+                    self.vouch(from, ctx.now);
                     out.push_back((from.clone(), LockMessage::Renewed { stamp, held }));
                 }
             }
@@ -830,6 +866,7 @@ impl Grantor {
                         self.stats.delegations += 1;
                     }
                 }
+                self.vouch(from, ctx.now);
                 out.push_back((
                     from.clone(),
                     LockMessage::Granted {
@@ -872,6 +909,7 @@ impl Grantor {
             } => {
                 let lease = Duration::from_millis(lease_ms);
                 if self.table.extend_lease(from, request, ctx.now, lease) && ctx.lease_ok {
+                    self.vouch(from, ctx.now);
                     out.push_back((
                         from.clone(),
                         LockMessage::Renewed {
@@ -954,6 +992,7 @@ impl Grantor {
             let stamp = self.stamp_of(&holder.owner.member);
             let cached = self.cacheable(name, &holder.owner, holder.mode, ctx.now);
             self.note_write(name, holder.mode, ctx.now);
+            self.vouch(&holder.owner.member, ctx.now);
             out.push_back((
                 holder.owner.member.clone(),
                 LockMessage::Granted {

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use conclave_lock_api::wire::Probe;
-use conclave_lock_api::MemberId;
+use conclave_lock_api::{MemberId, View};
 
 use crate::time::Instant;
 
@@ -254,6 +254,17 @@ impl Term {
         if let Some((_, sent)) = self.rounds.iter().find(|(seq, _)| *seq == probe.seq) {
             let sent = *sent;
             self.supported(member, sent);
+        }
+    }
+
+    /// Counts only the support of members of `view` from now on (a removed member's no
+    /// longer): until when the majority lasts is recomputed, and is gone if the members left
+    /// are no majority.
+    pub(crate) fn keep_supporters(&mut self, view: &View, window: Duration, cluster_size: usize) {
+        self.support.retain(|member, _| view.contains(member));
+        if self.supported_until.is_some() {
+            let until = self.quorum_until(window, cluster_size);
+            self.supported_until = until.min(self.supported_until);
         }
     }
 

@@ -1134,8 +1134,7 @@ impl LockService {
         if coordinator && (became || origin == ViewOrigin::Merged || admits_members || exhausted) {
             self.begin_term(now, view);
         } else if coordinator {
-            let ctx = self.ctx(now, view);
-            self.grantor.view_changed(&ctx, &mut self.outbox);
+            self.keep_term(now, view);
         } else {
             self.grantor.stop();
             self.term = None;
@@ -1183,6 +1182,27 @@ impl LockService {
             let grace_end = self.borrowed.and_then(|a| a.grace_end);
             self.grantor.set_grace(grace_end);
         }
+    }
+
+    /// A view change that keeps this member grantor (members removed or admitted, no merge,
+    /// no majority gained): the term goes on, and so do its tokens. A new term fences a
+    /// previous grantor, and there is none. Removed members' holds are dropped and their
+    /// locks fenced (`Grantor::view_changed`); their support no longer counts (it would still
+    /// be sound, since a promise binds its member whatever its view, but the term then rests
+    /// on members of its view only); admitted members count once they echo a probe of this
+    /// term, like any member. A term left without a majority lapses as always.
+    fn keep_term(&mut self, now: Instant, view: &View) {
+        let (window, size) = (self.support_window(), self.cluster_size());
+        if let (Some(term), Some(size)) = (self.term.as_mut(), size) {
+            term.keep_supporters(view, window, size);
+        }
+        if self.term.as_ref().is_some_and(|t| t.lapsed(now)) {
+            info!(member = %self.local, "grantor term lost its majority with the view; starting a new term");
+            self.begin_term(now, view);
+            return;
+        }
+        let ctx = self.ctx(now, view);
+        self.grantor.view_changed(&ctx, &mut self.outbox);
     }
 
     /// `Majority`: the lease fields of a heartbeat to `to`: a probe of our term if we are the
@@ -1244,7 +1264,10 @@ impl LockService {
                 self.support.observe_term(probe.term);
             }
         }
-        if let (Some(echo), Some(term)) = (beat.echo, self.term.as_mut()) {
+        // Support counts from members of our view only (a removed member's stopped counting
+        // when it was removed; `keep_term`).
+        let member = self.view.as_ref().is_some_and(|v| v.contains(from));
+        if let (Some(echo), Some(term), true) = (beat.echo, self.term.as_mut(), member) {
             term.echoed(from, echo);
         }
         if let Some(promised) = beat.refused {
@@ -1253,12 +1276,16 @@ impl LockService {
         }
         // Only a refusal makes our term unusable; merely hearing of a higher term does not
         // (two coordinators that cannot hear each other would otherwise outbid each other
-        // through the members for ever).
+        // through the members for ever). And only a term that no majority supports yet: a
+        // refusal is for liveness (a term some members can never support may never reach a
+        // majority), never for safety, which rests on the support counted. A term a majority
+        // supports keeps serving while it does (a member that restarted and refuses the term
+        // it promised in its past life then stops nothing); once that support lapses the
+        // grantor begins a term above every refused one anyway.
         let superseded = self.grantor.is_active()
-            && self
-                .term
-                .as_ref()
-                .is_some_and(|t| beat.refused.is_some_and(|p| p >= t.term));
+            && self.term.as_ref().is_some_and(|t| {
+                t.quorum_at.is_none() && beat.refused.is_some_and(|p| p >= t.term)
+            });
         if superseded {
             // Another grantor began a higher term: members that promised it will not support
             // ours. Begin a higher one, with a fresh reconciliation (that grantor may have
@@ -1621,6 +1648,12 @@ impl LockService {
                 .policy
                 .is_majority()
                 .then(|| self.config.lease + self.config.lease_margin),
+            grace_end: self
+                .config
+                .policy
+                .is_majority()
+                .then(|| self.grace_end())
+                .flatten(),
             reconcile_timeout: self.config.reconcile_timeout,
             drift: (
                 self.config.lease + self.config.lease_margin,

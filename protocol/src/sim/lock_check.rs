@@ -127,6 +127,9 @@ impl Simulation {
                 ));
             }
         }
+        if let LockNotice::Granted { .. } = &notice {
+            self.note_grant_gap();
+        }
         if let Some(workload) = self.config.workload.clone() {
             let slot = &mut self.slots[index];
             for actor in &mut slot.actors {
@@ -140,6 +143,27 @@ impl Simulation {
             }
         }
         Ok(())
+    }
+
+    /// Availability (chaos phase only): the stretch that a grant ends, from the later of the
+    /// previous grant and the start of the oldest wait.
+    fn note_grant_gap(&mut self) {
+        let oldest = self
+            .slots
+            .iter()
+            .filter(|s| s.endpoint.is_some())
+            .flat_map(|s| s.actors.iter())
+            .filter_map(super::workload::Actor::waiting_since)
+            .min();
+        if let Some(oldest) = oldest.filter(|_| self.now <= self.chaos_end) {
+            let gap = self
+                .now
+                .saturating_duration_since(oldest.max(self.last_grant));
+            let w = &mut self.report.workload;
+            w.longest_grant_gap = w.longest_grant_gap.max(gap);
+            w.grant_gaps_over_1s += gap.saturating_sub(std::time::Duration::from_secs(1));
+        }
+        self.last_grant = self.now;
     }
 
     pub(super) fn check_locks(&mut self) -> Result<(), Violation> {

@@ -352,6 +352,8 @@ struct Simulation {
     calm: bool,
     crashes: Vec<Crash>,
     fault_times: Vec<Instant>,
+    /// The last grant any actor received (the availability figures).
+    last_grant: Instant,
     /// Last fencing token granted per (lock service, grantor incarnation or 0 for
     /// cluster-wide, lock), with the granting incarnation and the number of node starts at
     /// that grant.
@@ -411,6 +413,7 @@ impl Simulation {
             calm: false,
             crashes: Vec::new(),
             fault_times: Vec::new(),
+            last_grant: Instant::ZERO,
             last_tokens: BTreeMap::new(),
             trace: std::env::var_os("CONCLAVE_SIM_TRACE").is_some(),
             trace_datagrams: std::env::var("CONCLAVE_SIM_TRACE").is_ok_and(|v| v == "datagrams"),

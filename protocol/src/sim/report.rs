@@ -129,6 +129,8 @@ impl Report {
         w.lost += o.lost;
         w.no_quorum += o.no_quorum;
         w.unavailable += o.unavailable;
+        w.longest_grant_gap = w.longest_grant_gap.max(o.longest_grant_gap);
+        w.grant_gaps_over_1s += o.grant_gaps_over_1s;
         self.locks_lost += other.locks_lost;
         self.token_amnesia += other.token_amnesia;
         self.converged_after = self.converged_after.max(other.converged_after);
@@ -243,6 +245,12 @@ impl fmt::Display for Report {
                 f,
                 "lock requests       {} ({} granted, {} would block, {} timed out, {} cancelled, {} refused in a minority, {} unavailable, {} released, {} lost)",
                 w.requests, w.granted, w.would_block, w.timeouts, w.cancelled, w.no_quorum, w.unavailable, w.released, w.lost
+            )?;
+            writeln!(
+                f,
+                "availability        longest stretch with a request waiting and no grant {:.2} s; {:.1} s of such stretches beyond their first second",
+                w.longest_grant_gap.as_secs_f64(),
+                w.grant_gaps_over_1s.as_secs_f64()
             )?;
             let g = &self.grantor;
             writeln!(

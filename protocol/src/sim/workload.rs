@@ -101,6 +101,13 @@ pub struct WorkloadStats {
     pub no_quorum: u64,
     /// Try-locks refused because the grantor could not grant anything at that moment.
     pub unavailable: u64,
+    /// Availability in the chaos phase: the longest stretch in which some request waited and
+    /// no request anywhere was granted (from the later of the previous grant and the oldest
+    /// wait's start to the next grant).
+    pub longest_grant_gap: Duration,
+    /// The part of such stretches beyond their first second, summed: time in which nothing
+    /// was granted for over a second while something was asked for.
+    pub grant_gaps_over_1s: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -111,6 +118,8 @@ pub(crate) enum Actor {
     Waiting {
         request: RequestId,
         cancel_at: Option<Instant>,
+        /// When the request was made.
+        since: Instant,
     },
     Holding {
         request: RequestId,
@@ -204,6 +213,7 @@ impl Actor {
             Actor::Waiting {
                 request,
                 cancel_at: Some(at),
+                ..
             } if at <= now => {
                 stats.cancelled += 1;
                 *self = Actor::idle(rng, now, w);
@@ -249,12 +259,24 @@ impl Actor {
         let cancel_at = rng
             .chance(w.cancel)
             .then(|| now + Duration::from_millis(rng.between(1, 800)));
-        *self = Actor::Waiting { request, cancel_at };
+        *self = Actor::Waiting {
+            request,
+            cancel_at,
+            since: now,
+        };
     }
 
     fn idle(rng: &mut SimRng, now: Instant, w: &Workload) -> Actor {
         Actor::Idle {
             next: now + Duration::from_nanos(rng.below(nanos(w.max_think).max(1))),
+        }
+    }
+
+    /// When the request it waits for was made, if it waits.
+    pub(crate) fn waiting_since(&self) -> Option<Instant> {
+        match self {
+            Actor::Waiting { since, .. } => Some(*since),
+            _ => None,
         }
     }
 

@@ -67,6 +67,7 @@ over_both_backends!(
     garbage_and_foreign_traffic_is_ignored,
     tokens_never_go_back_after_the_whole_cluster_restarts,
     a_rolling_restart_keeps_serving,
+    a_killed_idle_member_stops_no_grant,
 );
 
 /// The tests of the security suite that need processes: `security::udp::<test>` and
@@ -307,6 +308,112 @@ fn a_rolling_restart_keeps_serving(backend: Backend) {
         ));
     }
     eprintln!("rolling restart over {backend:?}: the longest grant wait was {longest:?} (bound {bound:?})");
+}
+
+/// `kill -9` of a member that holds nothing and waits for nothing, under `Majority` with five
+/// members, then its restart under the same name: four members keep locking three locks
+/// (`conclave-node`'s `work`, 5 ms holds) throughout. Neither the view that drops the dead
+/// member nor the one that admits its successor begins a new grantor term (every token of the
+/// run has the same term, its high half), grants go on between the steps, no grant waits longer
+/// than three times the suspect timeout (a new term would cost the support lease, the lease and
+/// its margin on top of the detection), and no worker loses a lock.
+fn a_killed_idle_member_stops_no_grant(backend: Backend) {
+    const LOCKS: [&str; 3] = ["i0", "i1", "i2"];
+    let bound = EndpointConfig::local().gms.suspect_timeout * 3;
+    let mut cluster = Cluster::new("idle-kill", 13, backend);
+    cluster.majority = Some(5);
+    let view = cluster.start_all(&["a", "b", "c", "d", "e"]);
+    // The last member of the view: neither the coordinator nor the grantor.
+    let victim = cluster.index_of(&view[4]);
+    let workers: Vec<usize> = (0..5).filter(|&i| i != victim).collect();
+    // The first grant begins the grantor's term (it waits for the support lease); the
+    // workload starts once the term stands.
+    let first = workers[0];
+    cluster.members[first].send("lock i0");
+    cluster.members[first].expect("the term begins", |l| l.starts_with("GRANTED i0 "));
+    cluster.members[first].send("unlock i0");
+    cluster.members[first].expect("released", |l| l == "RELEASED i0");
+    let work = format!("work {} 5 {}", cluster.dir.display(), LOCKS.join(" "));
+    for &i in &workers {
+        cluster.members[i].send(&work);
+    }
+    let logs: Vec<PathBuf> = LOCKS
+        .iter()
+        .map(|lock| cluster.dir.join(format!("{lock}.log")))
+        .collect();
+    let mut sections = wait_for_sections(&mut cluster, &workers, &logs, 0);
+
+    cluster.members[victim].kill();
+    cluster.agree(&workers);
+    sections = wait_for_sections(&mut cluster, &workers, &logs, sections);
+
+    let name = cluster.members[victim].name.clone();
+    let mut successor = cluster.spawn(&name);
+    successor.ready();
+    cluster.members[victim] = successor;
+    cluster.agree(&[0, 1, 2, 3, 4]);
+    wait_for_sections(&mut cluster, &workers, &logs, sections);
+
+    for &i in &workers {
+        cluster.members[i].send("stop");
+        cluster.members[i].expect("the work stops", |l| l.starts_with("STOPPED "));
+    }
+    for member in &cluster.members {
+        assert!(
+            !member.saw_prefix("LOST ") && !member.saw_prefix("ERROR "),
+            "{}: a lock was lost, or an operation failed\n{}",
+            member.name,
+            member.report()
+        );
+    }
+    let mut longest = Duration::ZERO;
+    let mut terms = BTreeSet::new();
+    for log in &logs {
+        longest = longest.max(check_work_log(log, bound));
+        let text = std::fs::read_to_string(log).unwrap();
+        terms.extend(text.lines().filter_map(|line| {
+            let token: u64 = line
+                .strip_prefix("enter ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            Some(token >> 32)
+        }));
+    }
+    assert_eq!(
+        terms.len(),
+        1,
+        "the kill or the restart of a member that held nothing began a new grantor term: terms {terms:?}"
+    );
+    eprintln!("idle member killed and restarted over {backend:?}: the longest grant wait was {longest:?} (bound {bound:?})");
+}
+
+/// Polls the `workers` until the locks' logs hold at least 20 more lines (10 sections) than
+/// `before`, so grants went on; returns the new count. Fails after `WAIT`.
+fn wait_for_sections(
+    cluster: &mut Cluster,
+    workers: &[usize],
+    logs: &[PathBuf],
+    before: usize,
+) -> usize {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        for &i in workers {
+            cluster.members[i].poll(Duration::from_millis(20));
+        }
+        let lines: usize = logs
+            .iter()
+            .map(|log| std::fs::read_to_string(log).map_or(0, |text| text.lines().count()))
+            .sum();
+        if lines >= before + 20 {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "grants stopped: {lines} log lines, {before} before, after {WAIT:?}"
+        );
+    }
 }
 
 /// Checks the log of one lock of `work`: each entry followed directly by the exit of the same

@@ -6,6 +6,7 @@
 #
 #   scripts/nemesis.sh --seconds N [--policy available|majority] [--transport udp|tcp] [--key]
 #                      [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
+#                      [--spare-coordinator]
 #
 # Each run writes its folder (under --out DIR if given, else the temporary directory) and
 # prints it. Without --policy and --transport it runs the four combinations in turn (N seconds each, seeds
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
         --policy) policy="$2"; shift 2 ;;
         --transport) transport="$2"; shift 2 ;;
         --seed) seed="$2"; shift 2 ;;
-        --key|--broken) rest+=("$1"); shift ;;
+        --key|--broken|--spare-coordinator) rest+=("$1"); shift ;;
         --out) out="$2"; shift 2 ;;
         --suspect-ms|--hold-ms) rest+=("$1" "$2"); shift 2 ;;
         *) echo "nemesis.sh: unknown argument $1" >&2; exit 2 ;;

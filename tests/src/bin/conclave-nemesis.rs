@@ -6,6 +6,7 @@
 //! ```text
 //! conclave-nemesis --seconds N [--policy available|majority] [--transport udp|tcp] [--key]
 //!                  [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
+//!                  [--spare-coordinator]
 //! conclave-nemesis --check DIR [--policy available|majority] [--suspect-ms MS]
 //! ```
 //!

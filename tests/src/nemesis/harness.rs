@@ -20,7 +20,8 @@ const WARM_UP: Duration = Duration::from_secs(3);
 const MAX_DOWN: usize = 2;
 
 const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|majority] \
-[--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
+[--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken] \
+[--spare-coordinator]
        conclave-nemesis --check DIR [--policy available|majority] [--suspect-ms MS]";
 
 /// The command line.
@@ -35,6 +36,9 @@ struct Options {
     suspect_ms: u64,
     hold_ms: u64,
     broken: bool,
+    /// Kills, pauses and partitions never take the coordinator away from a majority (loss,
+    /// delay and garbage still reach everyone): what membership changes alone cost.
+    spare_coordinator: bool,
     inside: bool,
     /// Only check the run folder `--out` again (with `--policy` and `--suspect-ms` as run).
     check: bool,
@@ -52,6 +56,7 @@ impl Options {
             suspect_ms: 1000,
             hold_ms: 20,
             broken: false,
+            spare_coordinator: false,
             inside: false,
             check: false,
         };
@@ -67,6 +72,7 @@ impl Options {
                 "--out" => o.out = Some(PathBuf::from(value()?)),
                 "--key" => o.key = true,
                 "--broken" => o.broken = true,
+                "--spare-coordinator" => o.spare_coordinator = true,
                 "--inside" => o.inside = true,
                 "--check" => {
                     o.check = true;
@@ -94,7 +100,7 @@ impl Options {
     /// The arguments that rerun this run (without `--out` and `--inside`).
     fn rerun(&self) -> String {
         format!(
-            "scripts/nemesis.sh --seconds {} --policy {} --transport {}{} --seed {}{}{}{}",
+            "scripts/nemesis.sh --seconds {} --policy {} --transport {}{} --seed {}{}{}{}{}",
             self.seconds,
             if self.majority {
                 "majority"
@@ -115,6 +121,11 @@ impl Options {
                 format!(" --hold-ms {}", self.hold_ms)
             },
             if self.broken { " --broken" } else { "" },
+            if self.spare_coordinator {
+                " --spare-coordinator"
+            } else {
+                ""
+            },
         )
     }
 
@@ -148,6 +159,9 @@ impl Options {
         }
         if self.broken {
             v.push("--broken".to_owned());
+        }
+        if self.spare_coordinator {
+            v.push("--spare-coordinator".to_owned());
         }
         v
     }
@@ -284,6 +298,8 @@ struct Run {
     partition: bool,
     loss: bool,
     delay: bool,
+    /// `--spare-coordinator`.
+    spare_coordinator: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -421,6 +437,17 @@ impl Run {
         let up: Vec<usize> = (0..n)
             .filter(|&i| self.members[i].child.is_some() && !self.members[i].paused)
             .collect();
+        // With --spare-coordinator, kills and pauses choose among the others.
+        let coordinator = self
+            .coordinator
+            .1
+            .clone()
+            .and_then(|c| (0..n).find(|&i| self.members[i].name == c));
+        let up: Vec<usize> = if self.spare_coordinator {
+            up.into_iter().filter(|&i| Some(i) != coordinator).collect()
+        } else {
+            up
+        };
         let room = self.down() < MAX_DOWN && !up.is_empty();
         let mut kinds: Vec<(&str, u64)> = vec![("garbage", 15)];
         if room {
@@ -459,9 +486,8 @@ impl Run {
                     .push((Instant::now() + back, Action::Restart(i)));
             }
             "pause" => {
-                let coordinator = self.coordinator.1.clone();
                 let target = coordinator
-                    .and_then(|c| up.iter().copied().find(|&i| self.members[i].name == c))
+                    .filter(|i| up.contains(i))
                     .filter(|_| self.rng.chance(50));
                 let (i, role) = match target {
                     Some(i) => (i, "coordinator"),
@@ -480,6 +506,9 @@ impl Run {
                 if side.iter().all(|&s| s) || side.iter().all(|&s| !s) {
                     let i = self.rng.index(n);
                     side[i] = !side[i];
+                }
+                if let Some(c) = coordinator.filter(|_| self.spare_coordinator) {
+                    spare_side(&mut side, c);
                 }
                 let one_way = self.rng.chance(50);
                 let mut cuts = Vec::new();
@@ -618,6 +647,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
         partition: false,
         loss: false,
         delay: false,
+        spare_coordinator: options.spare_coordinator,
     };
     println!(
         "nemesis: {} over {}{}, seed {}, {} s of faults, run folder {}",
@@ -799,4 +829,21 @@ fn write_outputs(dir: &Path, report: &checker::Report, names: &[String]) {
     let _ = std::fs::write(dir.join("violations.txt"), violations);
     let overlaps: String = report.overlaps.iter().map(|v| v.clone() + "\n").collect();
     let _ = std::fs::write(dir.join("overlaps.txt"), overlaps);
+}
+
+/// Moves members so that the coordinator `c` is on the larger side of a partition (`side` marks
+/// one side): it keeps a majority, and the partition cuts off a minority only.
+fn spare_side(side: &mut [bool], c: usize) {
+    let mine = side[c];
+    let with_c = side.iter().filter(|&&s| s == mine).count();
+    let mut missing = (side.len() / 2 + 1).saturating_sub(with_c);
+    for s in side.iter_mut() {
+        if missing == 0 {
+            break;
+        }
+        if *s != mine {
+            *s = !*s;
+            missing -= 1;
+        }
+    }
 }

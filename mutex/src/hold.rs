@@ -241,6 +241,11 @@ impl Hold {
         Lost::of(self.backend.clone(), self.request, self.name.clone())
     }
 
+    /// Renews the hold's own lease: see [`crate::MutexGuard::extend`].
+    pub(crate) fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        extend(&self.backend, self.request, lease)
+    }
+
     /// What a guard needs to watch or release this hold later.
     pub(crate) fn handle(&self) -> (Backend, RequestId) {
         (self.backend.clone(), self.request)
@@ -389,4 +394,19 @@ impl Drop for Unlock {
             UnlockState::Done => {}
         }
     }
+}
+
+/// Asks `backend` to renew the lease of the hold of `request`: the lease becomes at least
+/// `lease` from now once the grantor confirms (every guard's `extend`).
+pub(crate) fn extend(
+    backend: &Backend,
+    request: RequestId,
+    lease: Duration,
+) -> Result<(), LockError> {
+    backend
+        .extend_lease(request, lease)
+        .map_err(|error| match error {
+            UnlockError::Lost(reason) => LockError::Lost(reason),
+            _ => LockError::Shutdown,
+        })
 }

@@ -262,6 +262,35 @@ impl MutexGuard {
         self.hold.lost()
     }
 
+    /// Renews the lease of this hold (one given by [`Lock::lease`] or `lock_with_lease`):
+    /// asks the grantor to make it run until at least `lease` from now, and returns at once.
+    /// The old deadline stands until the grantor confirms; if no confirmation comes before it
+    /// (the grantor is cut off, the network drops everything), the hold is lost as any lease
+    /// runs out: [`MutexGuard::status`] turns `Lost`, [`MutexGuard::lost`] resolves with
+    /// `LockLostReason::LeaseExpired` and the `on_lock_lost` handlers run. A renewal never
+    /// shortens a lease (it becomes `max(remaining, lease)`), and a hold without a lease of its
+    /// own has none to renew (held until released: `Ok`, nothing asked). Call it every half
+    /// lease or so while you work; `lock_table()` shows the lease the grantor counts
+    /// (`TableHolder::lease_ms`).
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: conclave::DistributedMutex) -> Result<(), conclave::LockError> {
+    /// use std::time::Duration;
+    /// let guard = mutex.lock_with_lease(Duration::from_secs(10)).await?;
+    /// for _chunk in 0..100 {
+    ///     // ... a piece of work shorter than the lease ...
+    ///     guard.extend(Duration::from_secs(10))?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`crate::LockError::Lost`] if the hold is lost already (nothing is renewed);
+    /// [`crate::LockError::Shutdown`] if the node has stopped.
+    pub fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        self.hold.extend(lease)
+    }
+
     /// Releases the lock and waits until the grantor acknowledges the release, at most the
     /// node's answer bound: `suspect_timeout + reconcile_timeout` of its configuration (5 s
     /// with the LAN defaults), and not at all in a minority view under `Majority`.

@@ -408,6 +408,15 @@ impl ReentrantGuard {
         }
     }
 
+    /// Renews the owner's hold's own lease (one lease for all its nested holds), as
+    /// [`crate::MutexGuard::extend`].
+    ///
+    /// # Errors
+    /// As [`crate::MutexGuard::extend`].
+    pub fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        crate::hold::extend(&self.handle.0, self.handle.1, lease)
+    }
+
     /// Ends this hold. The last hold of the owner releases the lock at the grantor, and the
     /// future waits for the grantor's acknowledgement (as [`crate::MutexGuard::unlock`]); a
     /// nested hold only lowers the count and is done at once.

@@ -249,6 +249,14 @@ impl RwLockGuard {
         self.hold.lost()
     }
 
+    /// Renews the hold's own lease, as [`crate::MutexGuard::extend`].
+    ///
+    /// # Errors
+    /// As [`crate::MutexGuard::extend`].
+    pub fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        self.hold.extend(lease)
+    }
+
     /// Releases the lock and waits for the grantor's acknowledgement.
     ///
     /// # Errors

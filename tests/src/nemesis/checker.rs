@@ -215,6 +215,22 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     holds.sort_by_key(|h| (h.granted, h.token));
     let acquisitions = holds.len();
     let longest_unlock = holds.iter().map(|h| h.unlock_us).max().unwrap_or(0);
+    let pauses = pauses(&report.faults);
+    let longest_unlock_awake = holds
+        .iter()
+        .filter_map(|h| {
+            let start = h.released?;
+            let end = start + h.unlock_us;
+            let slept = pauses.get(h.node.as_str()).map_or(0, |spans| {
+                spans
+                    .iter()
+                    .map(|&(a, b)| b.min(end).saturating_sub(a.max(start)))
+                    .sum()
+            });
+            Some(h.unlock_us.saturating_sub(slept))
+        })
+        .max()
+        .unwrap_or(0);
     for hold in holds {
         report
             .holds
@@ -277,6 +293,10 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
         format!("{:.2}s", secs(late_duplicate)),
     );
     put("longest unlock", format!("{:.2}s", secs(longest_unlock)));
+    put(
+        "longest unlock awake",
+        format!("{:.2}s", secs(longest_unlock_awake)),
+    );
     put("regrant after heal", format!("{:.2}s", secs(liveness)));
     put("refusals in client logs", writes_refused_seen.to_string());
     put("bad log lines", bad_lines.to_string());
@@ -294,6 +314,28 @@ impl Report {
         let _ = writeln!(out, "violations: {}", self.violations.len());
         out
     }
+}
+
+/// Each member's pauses (`SIGSTOP` to `SIGCONT`, or to the end of the log), µs.
+fn pauses(faults: &[Fault]) -> BTreeMap<&str, Vec<(u64, u64)>> {
+    let mut spans: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for fault in faults {
+        let node = fault.detail.split_whitespace().next().unwrap_or("");
+        match fault.kind.as_str() {
+            "pause" => spans.entry(node).or_default().push((fault.t, u64::MAX)),
+            "resume" => {
+                if let Some(open) = spans
+                    .get_mut(node)
+                    .and_then(|s| s.last_mut())
+                    .filter(|s| s.1 == u64::MAX)
+                {
+                    open.1 = fault.t;
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
 }
 
 fn secs(us: u64) -> f64 {

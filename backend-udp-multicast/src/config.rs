@@ -8,9 +8,10 @@ use thiserror::Error;
 ///
 /// The defaults ([`UdpConfig::loopback`]) keep everything on this host: unicast on
 /// `127.0.0.1` with an ephemeral port, discovery on group `239.255.67.76:45588` over the
-/// loopback interface with TTL 0. To span machines, set [`UdpConfig::bind`] and
-/// [`UdpConfig::interface`] to a real interface's address and [`UdpConfig::ttl`] to at least 1,
-/// and lower [`UdpConfig::max_datagram`] to the path MTU.
+/// loopback interface with TTL 0. To span the machines of one network, start from
+/// [`UdpConfig::lan`] with the interface's address: it sets [`UdpConfig::bind`] and
+/// [`UdpConfig::interface`] to it, [`UdpConfig::ttl`] to 1 and [`UdpConfig::max_datagram`] to
+/// an Ethernet frame's worth.
 ///
 /// # The member's address
 /// The unicast socket's address ([`UdpConfig::bind`], with the real port once bound) is where
@@ -66,6 +67,31 @@ impl UdpConfig {
             ttl: 0,
             multicast_loop: true,
             max_datagram: 65_000,
+        }
+    }
+
+    /// A cluster on one local network: the unicast socket on `interface` (its address,
+    /// an ephemeral port), discovery on the default group and port over `interface`, TTL 1
+    /// (one hop: multicast stays on the LAN, routers do not forward it), datagrams of at
+    /// most 1,400 bytes so that Ethernet (MTU 1,500) carries each in one frame. Give every
+    /// member its own interface address; the group and port must be the same on all.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use conclave_udp::UdpConfig;
+    ///
+    /// let config = UdpConfig::lan(Ipv4Addr::new(192, 168, 1, 20));
+    /// assert_eq!(config.bind, "192.168.1.20:0".parse().unwrap());
+    /// assert_eq!((config.ttl, config.max_datagram), (1, 1_400));
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn lan(interface: Ipv4Addr) -> Self {
+        Self {
+            bind: SocketAddr::from((interface, 0)),
+            interface,
+            ttl: 1,
+            max_datagram: 1_400,
+            ..Self::loopback()
         }
     }
 

@@ -60,6 +60,10 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("conclave-{}", inner.member.name());
     thread::Builder::new().name(name).spawn(move || {
+        // Everything the node logs from its driver (the protocol's events included) carries
+        // the member it happened on.
+        let span = tracing::info_span!("conclave_node", member = %inner.member);
+        let _entered = span.enter();
         inner.duty.set_driver(thread::current());
         let transport = inner.transport.clone();
         let mut driver = Driver {

@@ -62,6 +62,9 @@ pub(crate) struct Request {
     deadline: Option<std::time::Instant>,
     /// How many times the call asked again after a lost grant.
     reasks: u32,
+    /// The span of this lock call (`lock`, with the lock's name and mode): what the call logs
+    /// while it asks, waits and asks again is inside it.
+    span: tracing::Span,
 }
 
 impl fmt::Debug for Request {
@@ -80,7 +83,9 @@ impl fmt::Debug for Request {
 
 impl Request {
     pub(crate) fn new(backend: Backend, params: Params) -> Self {
+        let span = tracing::debug_span!("lock", lock = %params.name, mode = ?params.mode);
         Self {
+            span,
             backend,
             state: State::Idle(params),
             deadline: None,
@@ -96,6 +101,8 @@ impl Request {
     }
 
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Hold, LockError>> {
+        let span = self.span.clone();
+        let _entered = span.enter();
         loop {
             if let State::Idle(params) = &self.state {
                 let params = params.clone();

@@ -264,7 +264,22 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
         .filter(|h| h.held_until.is_some())
         .map(|h| h.granted)
         .collect();
-    let (share, gap) = unavailability(grants, start, quiet.min(end));
+    let phase_end = quiet.min(end);
+    let (share, gap) = unavailability(grants.clone(), start, phase_end);
+    let members: Vec<String> = {
+        let mut names: Vec<String> = report
+            .holds
+            .values()
+            .flatten()
+            .map(|h| h.node.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let spans = super::quorum::majority_spans(&report.faults, &members, start, phase_end);
+    let up: u64 = spans.iter().map(|(a, b)| b - a).sum();
+    let dark_with_majority = super::quorum::overlap(&gaps(grants, start, phase_end), &spans);
     let count = |kind: &str| report.faults.iter().filter(|f| f.kind == kind).count();
     let c = &mut report.counts;
     let mut put = |name: &str, value: String| c.push((name.to_owned(), value));
@@ -281,6 +296,15 @@ pub fn check(dir: &Path, setting: Setting) -> Report {
     put("stale writes refused", refused.to_string());
     put("unavailable share", format!("{:.1}%", share * 100.0));
     put("longest gap", format!("{:.2}s", secs(gap)));
+    let percent = |part: u64, whole: u64| part as f64 * 100.0 / whole.max(1) as f64;
+    put(
+        "majority up",
+        format!("{:.1}%", percent(up, phase_end.saturating_sub(start))),
+    );
+    put(
+        "unavailable with a majority up",
+        format!("{:.1}%", percent(dark_with_majority, up)),
+    );
     put("exits", count("exit").to_string());
     put("lock failures", failures.to_string());
     put("granted already lost", lost_on_grant.to_string());
@@ -569,6 +593,21 @@ fn check_liveness(
 }
 
 /// The share of `[start, end)` inside gaps of over 1 s between grants, and the longest gap.
+/// The gaps of over 1 s with no grant in `[start, end)`.
+fn gaps(mut grants: Vec<u64>, start: u64, end: u64) -> Vec<(u64, u64)> {
+    grants.retain(|&t| t >= start && t < end);
+    grants.sort_unstable();
+    let mut last = start;
+    let mut gaps = Vec::new();
+    for t in grants.into_iter().chain([end]) {
+        if t.saturating_sub(last) > 1_000_000 {
+            gaps.push((last, t));
+        }
+        last = t;
+    }
+    gaps
+}
+
 fn unavailability(mut grants: Vec<u64>, start: u64, end: u64) -> (f64, u64) {
     if end <= start {
         return (0.0, 0);

@@ -8,7 +8,7 @@
 //! - [`delay`]: a transport wrapper that holds sends back (delay, jitter, so reordering).
 //! - [`rng`]: the small deterministic generator the faults are drawn from.
 //! - [`harness`] (the binary's whole run), [`cluster`] (the member processes), [`faults`],
-//!   [`checker`], [`plot`]: the harness side.
+//!   [`checker`], [`quorum`] (when a connected majority existed), [`plot`]: the harness side.
 
 pub mod checker;
 pub mod client;
@@ -17,6 +17,7 @@ pub mod delay;
 pub mod faults;
 pub mod harness;
 pub mod plot;
+pub mod quorum;
 pub mod rng;
 
 use std::time::{SystemTime, UNIX_EPOCH};

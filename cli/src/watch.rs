@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use conclave::{LockEvent, Node, View};
+use conclave::{MemberId, Node, View};
 use futures::StreamExt;
 use serde::Serialize;
 
@@ -29,7 +29,7 @@ enum Event {
         joined: Vec<String>,
         left: Vec<String>,
     },
-    /// The default service's grantor changed.
+    /// The default service's grantor changed (the first one is the grantor at the start).
     Grantor { grantor: Option<String> },
     /// An owner got a lock (seen in the grantor's table).
     Locked {
@@ -90,7 +90,7 @@ impl Event {
 /// What woke the watch.
 enum Wake {
     View(Option<View>),
-    Lock(Option<LockEvent>),
+    Lock(Option<conclave::LockEvent>),
     Poll,
     Stop,
 }
@@ -106,13 +106,13 @@ pub(crate) async fn watch(node: &Node, args: &WatchArgs) -> Result<(), CliError>
     let mut lock_events = node.lock_events();
     let mut previous_view: Option<View> = None;
     let mut previous_table = TableState::default();
+    let mut last_grantor: Option<MemberId> = None;
     let mut printed = 0u64;
     let mut next_poll = Instant::now();
     loop {
         if args.count.is_some_and(|count| printed >= count) {
             return Ok(());
         }
-        let stop_at = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         let wake = smol::future::or(
             async { Wake::View(views.next().await) },
             smol::future::or(
@@ -128,7 +128,12 @@ pub(crate) async fn watch(node: &Node, args: &WatchArgs) -> Result<(), CliError>
                                 signals.next().await;
                             },
                             async {
-                                smol::Timer::at(stop_at).await;
+                                match deadline {
+                                    Some(deadline) => {
+                                        smol::Timer::at(deadline).await;
+                                    }
+                                    None => std::future::pending().await,
+                                }
                             },
                         )
                         .await;
@@ -138,15 +143,13 @@ pub(crate) async fn watch(node: &Node, args: &WatchArgs) -> Result<(), CliError>
             ),
         )
         .await;
-        let events = match wake {
+        let mut events = match wake {
             Wake::View(Some(view)) => {
                 let event = view_event(previous_view.as_ref(), &view, node);
                 previous_view = Some(view);
                 vec![event]
             }
-            Wake::Lock(Some(LockEvent::GrantorChanged { grantor })) => vec![Event::Grantor {
-                grantor: grantor.map(|g| g.to_string()),
-            }],
+            // The grantor is compared below, after every wake-up.
             Wake::Lock(Some(_)) => Vec::new(),
             Wake::View(None) | Wake::Lock(None) => {
                 return Err(CliError::Unavailable("the member stopped".into()))
@@ -164,11 +167,17 @@ pub(crate) async fn watch(node: &Node, args: &WatchArgs) -> Result<(), CliError>
                     _ => Vec::new(),
                 }
             }
-            Wake::Stop if deadline.is_some_and(|d| Instant::now() < d) || deadline.is_none() => {
-                return Ok(())
-            }
             Wake::Stop => return Ok(()),
         };
+        // Compared rather than taken from `GrantorChanged` events, so that the grantor known
+        // at the start is printed too, and a change is printed once.
+        let grantor = node.grantor();
+        if grantor != last_grantor {
+            events.push(Event::Grantor {
+                grantor: grantor.as_ref().map(ToString::to_string),
+            });
+            last_grantor = grantor;
+        }
         for event in events {
             if args.count.is_some_and(|count| printed >= count) {
                 return Ok(());

@@ -158,8 +158,14 @@ pub(crate) struct MemberArgs {
         value_name = "ADDR,..."
     )]
     pub(crate) seeds: Option<Vec<SocketAddr>>,
-    /// A file holding the cluster key (64 hex digits) that seals all traffic.
-    #[arg(long, env = "CONCLAVE_KEY_FILE", global = true, value_name = "FILE")]
+    /// A file holding the cluster key (64 hex digits) that seals all traffic. Without one,
+    /// the key is read from CONCLAVE_CLUSTER_KEY if set.
+    #[arg(
+        long,
+        env = "CONCLAVE_CLUSTER_KEY_FILE",
+        global = true,
+        value_name = "FILE"
+    )]
     pub(crate) key_file: Option<PathBuf>,
     /// The member's data directory (keeps fencing tokens increasing across restarts).
     #[arg(long, env = "CONCLAVE_DATA_DIR", global = true, value_name = "DIR")]

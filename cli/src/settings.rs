@@ -26,8 +26,8 @@ pub(crate) struct Settings {
     pub(crate) config: EndpointConfig,
     /// When the member may found a cluster.
     pub(crate) founding: Founding,
-    /// The cluster key's file.
-    pub(crate) key_file: Option<PathBuf>,
+    /// Where the cluster key comes from.
+    pub(crate) key: KeySource,
     /// The data directory.
     pub(crate) data_dir: Option<PathBuf>,
     /// How long joining may take.
@@ -41,6 +41,17 @@ pub(crate) enum TransportSettings {
     Udp(UdpConfig),
     /// A TCP mesh.
     Tcp(TcpConfig),
+}
+
+/// Where the cluster key comes from.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    /// No key: traffic is not sealed.
+    None,
+    /// A key file.
+    File(PathBuf),
+    /// The library's `CONCLAVE_CLUSTER_KEY` variable (the key itself, never a flag).
+    Env,
 }
 
 /// What the member is for; it picks the defaults that differ between subcommands.
@@ -164,7 +175,12 @@ impl Settings {
             transport,
             config,
             founding,
-            key_file: flags.key_file.clone().or(file.key_file),
+            key: match (&flags.key_file, file.key_file) {
+                (Some(path), _) => KeySource::File(path.clone()),
+                (None, _) if std::env::var_os(conclave::seal::KEY_ENV).is_some() => KeySource::Env,
+                (None, Some(path)) => KeySource::File(path),
+                (None, None) => KeySource::None,
+            },
             data_dir: flags.data_dir.clone().or(file.data_dir),
             join_timeout: duration_or(
                 flags.join_timeout.or(file.join_timeout),
@@ -200,9 +216,11 @@ impl Settings {
                 })?)
             }
         };
-        if let Some(path) = self.key_file {
-            builder = builder.cluster_key_file(path);
-        }
+        builder = match self.key {
+            KeySource::None => builder,
+            KeySource::File(path) => builder.cluster_key_file(path),
+            KeySource::Env => builder.cluster_key_from_env(),
+        };
         if let Some(dir) = self.data_dir {
             builder = builder.data_dir(dir);
         }

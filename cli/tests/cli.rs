@@ -11,7 +11,7 @@ mod cli {
     use std::path::PathBuf;
     use std::process::{Child, Command, Stdio};
     use std::sync::mpsc::{channel, Receiver};
-    use std::sync::{Arc, Mutex};
+    use std::sync::{Arc, Mutex, PoisonError};
     use std::thread;
     use std::time::{Duration, Instant};
 
@@ -74,7 +74,7 @@ mod cli {
                 let mut buffer = [0u8; 4096];
                 while let Ok(n @ 1..) = pipe.read(&mut buffer) {
                     text.push_str(&String::from_utf8_lossy(&buffer[..n]));
-                    *sink.lock().unwrap() = text.clone();
+                    *sink.lock().unwrap_or_else(PoisonError::into_inner) = text.clone();
                 }
             });
             Running {
@@ -130,7 +130,10 @@ mod cli {
             (
                 code,
                 self.seen.join("\n"),
-                self.stderr.lock().unwrap().clone(),
+                self.stderr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone(),
             )
         }
 
@@ -144,7 +147,7 @@ mod cli {
                 "--- {} stdout:\n{}\n--- stderr:\n{}",
                 self.what,
                 self.seen.join("\n"),
-                self.stderr.lock().unwrap()
+                self.stderr.lock().unwrap_or_else(PoisonError::into_inner)
             )
         }
     }
@@ -549,6 +552,52 @@ mod cli {
         let (code, _, err) = serve.finish();
         assert_eq!(code, 0, "{err}");
         assert!(err.contains("leaving the cluster"), "{err}");
+    }
+
+    #[test]
+    fn a_keyed_cluster_admits_only_members_with_its_key_file() {
+        let dir = Scratch::new("key");
+        let key = dir.0.join("cluster.key");
+        std::fs::write(&key, format!("{}\n", "5a".repeat(32))).expect("key written");
+        let key = key.to_str().expect("a UTF-8 path").to_owned();
+        let mut env = HashMap::new();
+        env.insert(
+            "CONCLAVE_CLUSTER",
+            format!("cli-key-{}", std::process::id()),
+        );
+        env.insert("CONCLAVE_TRANSPORT", "tcp".to_owned());
+        env.insert("CONCLAVE_CLUSTER_KEY_FILE", key.clone());
+        let mut serve_command = conclave(&env);
+        serve_command.args(["serve", "--name", "server"]);
+        let mut serve = Running::spawn("serve", serve_command);
+        let line = serve.expect(|l| l.starts_with("serving as "));
+        let (_, address) = line.split_once(" at ").expect("an address");
+        env.insert("CONCLAVE_SEEDS", address.to_owned());
+        env.insert("CONCLAVE_JOIN_TIMEOUT", "3s".to_owned());
+
+        let mut keyed = conclave(&env);
+        keyed.args(["run", "--lock", "job", "--", "true"]);
+        let (code, _, err) = Running::spawn("keyed", keyed).finish();
+        assert_eq!(code, 0, "{err}");
+
+        env.remove("CONCLAVE_CLUSTER_KEY_FILE");
+        let mut unkeyed = conclave(&env);
+        unkeyed.args(["run", "--lock", "job", "--", "true"]);
+        let (code, _, err) = Running::spawn("unkeyed", unkeyed).finish();
+        assert_eq!(code, UNAVAILABLE, "{err}");
+
+        let mut missing = conclave(&env);
+        missing.args([
+            "--key-file",
+            "/nonexistent/key",
+            "run",
+            "--lock",
+            "job",
+            "--",
+            "true",
+        ]);
+        let (code, _, err) = Running::spawn("missing key", missing).finish();
+        assert_eq!(code, CONFIG, "{err}");
     }
 
     /// A scratch directory, removed when the test passes.

@@ -179,9 +179,14 @@ async fn acquire(node: &Node, args: &RunArgs) -> Result<HeldGuard, CliError> {
         .map(HeldGuard::Exclusive)
     };
     result.map_err(|e| match e {
-        LockError::WouldBlock | LockError::Timeout => {
-            CliError::LockTimeout(format!("lock {} is held by another owner ({e})", args.lock))
+        LockError::WouldBlock => {
+            CliError::LockTimeout(format!("lock {} is held by another owner", args.lock))
         }
+        LockError::Timeout => CliError::LockTimeout(format!(
+            "lock {} is held by another owner: not acquired within {}",
+            args.lock,
+            args.timeout.map_or_else(String::new, |t| t.to_string())
+        )),
         other => CliError::Unavailable(format!("acquiring lock {}: {other}", args.lock)),
     })
 }

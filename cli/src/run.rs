@@ -1,6 +1,7 @@
 //! `conclave run`: hold a lock while a command runs.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::pin::pin;
@@ -8,11 +9,13 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use async_signal::Signal;
+use conclave::futures::{Lock, Read};
 use conclave::{FencingToken, LockError, LockLostReason, MutexGuard, Node, RwLockGuard};
 use futures::StreamExt;
 use smol::process::Command;
 
 use crate::args::RunArgs;
+use crate::duration::HumanDuration;
 use crate::exit::{self, CliError};
 use crate::signals;
 
@@ -144,11 +147,12 @@ async fn acquire(node: &Node, args: &RunArgs) -> Result<HeldGuard, CliError> {
         ),
         None => None,
     };
+    let name = args.lock.as_str();
     let timeout = args.timeout.map(|t| t.0);
     let result = if args.shared {
         let rw = match &service {
-            Some(s) => s.rw_lock(args.lock.as_str()),
-            None => node.rw_lock(args.lock.as_str()),
+            Some(s) => s.rw_lock(name),
+            None => node.rw_lock(name),
         }
         .map_err(invalid)?;
         let read = match timeout {
@@ -156,15 +160,13 @@ async fn acquire(node: &Node, args: &RunArgs) -> Result<HeldGuard, CliError> {
             Some(t) => rw.read_timeout(t),
             None => rw.read(),
         };
-        match args.lease {
-            Some(lease) => read.lease(lease.0).await,
-            None => read.await,
-        }
-        .map(HeldGuard::Shared)
+        leased(read, args.lease, Read::lease)
+            .await
+            .map(HeldGuard::Shared)
     } else {
         let mutex = match &service {
-            Some(s) => s.mutex(args.lock.as_str()),
-            None => node.mutex(args.lock.as_str()),
+            Some(s) => s.mutex(name),
+            None => node.mutex(name),
         }
         .map_err(invalid)?;
         let lock = match timeout {
@@ -172,11 +174,9 @@ async fn acquire(node: &Node, args: &RunArgs) -> Result<HeldGuard, CliError> {
             Some(t) => mutex.lock_timeout(t),
             None => mutex.lock(),
         };
-        match args.lease {
-            Some(lease) => lock.lease(lease.0).await,
-            None => lock.await,
-        }
-        .map(HeldGuard::Exclusive)
+        leased(lock, args.lease, Lock::lease)
+            .await
+            .map(HeldGuard::Exclusive)
     };
     result.map_err(|e| match e {
         LockError::WouldBlock => {
@@ -189,6 +189,18 @@ async fn acquire(node: &Node, args: &RunArgs) -> Result<HeldGuard, CliError> {
         )),
         other => CliError::Unavailable(format!("acquiring lock {}: {other}", args.lock)),
     })
+}
+
+/// Awaits a lock future, with `--lease` set on it through `set_lease` if given.
+async fn leased<F: Future>(
+    future: F,
+    lease: Option<HumanDuration>,
+    set_lease: fn(F, Duration) -> F,
+) -> F::Output {
+    match lease {
+        Some(lease) => set_lease(future, lease.0).await,
+        None => future.await,
+    }
 }
 
 fn spawn(

@@ -27,8 +27,9 @@ mod cli {
     const LOCK_LOST: i32 = 79;
     const NOT_FOUND: i32 = 127;
 
-    /// A `conclave` command with a clean `CONCLAVE_*` environment and the one-host timings.
-    fn conclave(env: &HashMap<&str, String>) -> Command {
+    /// `conclave args...` with `env` over a clean `CONCLAVE_*` environment and the one-host
+    /// timings.
+    fn conclave(env: &HashMap<&str, String>, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_conclave"));
         for (key, _) in std::env::vars() {
             if key.starts_with("CONCLAVE_") {
@@ -37,7 +38,13 @@ mod cli {
         }
         command.env("CONCLAVE_TIMINGS", "local");
         command.envs(env.iter().map(|(k, v)| (*k, v)));
+        command.args(args);
         command
+    }
+
+    /// Runs `conclave args...` with `env` to the end: exit code, standard output and error.
+    fn run_to_end(env: &HashMap<&str, String>, args: &[&str]) -> (i32, String, String) {
+        Running::spawn(&args.join(" "), conclave(env, args)).finish()
     }
 
     /// A running `conclave` process: its output lines, and a guard that kills it by its id.
@@ -162,7 +169,7 @@ mod cli {
         }
     }
 
-    /// A cluster of one `conclave serve` over TCP, and the settings that join it.
+    /// A cluster of one `conclave serve`, and the settings that join it.
     struct Cluster {
         env: HashMap<&'static str, String>,
         serve: Running,
@@ -177,15 +184,21 @@ mod cli {
                 format!("cli-{test}-{}", std::process::id()),
             );
             env.insert("CONCLAVE_TRANSPORT", "tcp".to_owned());
-            let mut command = conclave(&env);
-            command.args(["serve", "--name", "server"]);
-            let mut serve = Running::spawn("serve", command);
+            Self::serve(env)
+        }
+
+        /// Starts `conclave serve` with `env`; over TCP, the members that follow get it as
+        /// their seed.
+        fn serve(mut env: HashMap<&'static str, String>) -> Self {
+            let mut serve = Running::spawn("serve", conclave(&env, &["serve", "--name", "server"]));
             let line = serve.expect(|l| l.starts_with("serving as "));
             let (member, address) = line["serving as ".len()..]
                 .split_once(" at ")
                 .expect("serving as <member> at <address>");
             let serving_as = member.to_owned();
-            env.insert("CONCLAVE_SEEDS", address.to_owned());
+            if env.get("CONCLAVE_TRANSPORT").is_some_and(|t| t == "tcp") {
+                env.insert("CONCLAVE_SEEDS", address.to_owned());
+            }
             Cluster {
                 env,
                 serve,
@@ -193,19 +206,26 @@ mod cli {
             }
         }
 
-        fn command(&self, args: &[&str]) -> Command {
-            let mut command = conclave(&self.env);
-            command.args(args);
-            command
-        }
-
         fn spawn(&self, what: &str, args: &[&str]) -> Running {
-            Running::spawn(what, self.command(args))
+            Running::spawn(what, conclave(&self.env, args))
         }
 
         /// Runs `args` to the end: exit code, standard output, standard error.
         fn run(&self, args: &[&str]) -> (i32, String, String) {
-            self.spawn(&args.join(" "), args).finish()
+            run_to_end(&self.env, args)
+        }
+
+        /// Starts `conclave run --lock job <extra>` with a command that runs `on_term` when
+        /// it gets SIGTERM, and waits until the command runs.
+        fn run_trapping(&self, extra: &[&str], on_term: &str) -> Running {
+            let script =
+                format!("trap '{on_term}' TERM; echo started; while :; do sleep 0.05; done");
+            let mut args = vec!["run", "--lock", "job"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "sh", "-c", &script]);
+            let mut run = self.spawn("run", &args);
+            run.expect(|l| l == "started");
+            run
         }
 
         /// Starts `conclave run` holding `lock` until killed; returns it and its token.
@@ -308,24 +328,10 @@ mod cli {
     fn run_kills_the_command_and_exits_with_the_lost_code_when_the_lock_is_lost() {
         let cluster = Cluster::start("lost");
         // A lease shorter than the command: the guard turns lost when it runs out.
-        let mut run = cluster.spawn(
-            "run",
-            &[
-                "run",
-                "--lock",
-                "job",
-                "--lease",
-                "1s",
-                "--kill-grace",
-                "5s",
-                "--",
-                "sh",
-                "-c",
-                "trap 'echo terminated; exit 143' TERM; echo started; \
-                 while :; do sleep 0.05; done",
-            ],
+        let mut run = cluster.run_trapping(
+            &["--lease", "1s", "--kill-grace", "5s"],
+            "echo terminated; exit 143",
         );
-        run.expect(|l| l == "started");
         let (code, out, err) = run.finish();
         assert_eq!(code, LOCK_LOST, "{out}\n{err}");
         assert!(out.contains("terminated"), "the command got SIGTERM: {out}");
@@ -345,22 +351,18 @@ mod cli {
         let (code, _, err) = cluster.run(&["run", "--lock", "job", "--timeout", "0", "--", "true"]);
         assert_eq!(code, 0, "{err}");
 
-        let mut no_cluster_name = conclave(&HashMap::new());
-        no_cluster_name.args(["run", "--lock", "job", "--", "true"]);
-        let (code, _, err) = Running::spawn("no cluster", no_cluster_name).finish();
+        let (code, _, err) = run_to_end(&HashMap::new(), &["run", "--lock", "job", "--", "true"]);
         assert_eq!(code, CONFIG, "{err}");
         assert!(err.contains("no cluster name"), "{err}");
 
         let (code, _, err) = cluster.run(&["--policy", "majority", "status"]);
         assert_eq!(code, CONFIG, "majority without a size: {err}");
 
-        // A seed nobody listens on: the serve process's port is taken, so use a closed one.
+        // A seed nobody listens on.
         let mut env = cluster.env.clone();
         env.insert("CONCLAVE_SEEDS", "127.0.0.1:1".into());
         env.insert("CONCLAVE_JOIN_TIMEOUT", "3s".into());
-        let mut lonely = conclave(&env);
-        lonely.args(["run", "--lock", "job", "--", "true"]);
-        let (code, _, err) = Running::spawn("lonely", lonely).finish();
+        let (code, _, err) = run_to_end(&env, &["run", "--lock", "job", "--", "true"]);
         assert_eq!(code, UNAVAILABLE, "{err}");
         assert!(err.contains("cannot join"), "{err}");
     }
@@ -461,27 +463,21 @@ mod cli {
         )
         .expect("config written");
         let config = file.to_str().expect("a UTF-8 path");
-        let mut serve_command = conclave(&HashMap::new());
-        serve_command.args([
-            "--config",
-            config,
-            "--founding",
-            "alone",
-            "serve",
-            "--name",
-            "server",
-        ]);
-        let mut serve = Running::spawn("serve", serve_command);
-        let line = serve.expect(|l| l.starts_with("serving as "));
-        assert!(line.starts_with("serving as server#"), "{line}");
+        let mut serve_env = HashMap::new();
+        serve_env.insert("CONCLAVE_CONFIG", config.to_owned());
+        serve_env.insert("CONCLAVE_FOUNDING", "alone".to_owned());
+        let cluster = Cluster::serve(serve_env);
+        assert!(
+            cluster.serving_as.starts_with("server#"),
+            "{}",
+            cluster.serving_as
+        );
 
         // The environment names this member over the file's default; a flag over both.
         let mut env = HashMap::new();
         env.insert("CONCLAVE_CONFIG", config.to_owned());
         env.insert("CONCLAVE_NAME", "from-env".to_owned());
-        let mut status = conclave(&env);
-        status.args(["status", "--json"]);
-        let (code, out, err) = Running::spawn("status", status).finish();
+        let (code, out, err) = run_to_end(&env, &["status", "--json"]);
         assert_eq!(code, 0, "{err}");
         let json: Value = serde_json::from_str(&out).expect("JSON");
         assert!(
@@ -494,9 +490,7 @@ mod cli {
             .as_str()
             .is_some_and(|m| m.starts_with("server#")));
 
-        let mut status = conclave(&env);
-        status.args(["status", "--json", "--name", "from-flag"]);
-        let (code, out, err) = Running::spawn("status", status).finish();
+        let (code, out, err) = run_to_end(&env, &["status", "--json", "--name", "from-flag"]);
         assert_eq!(code, 0, "{err}");
         let json: Value = serde_json::from_str(&out).expect("JSON");
         assert!(
@@ -509,16 +503,12 @@ mod cli {
         // The environment's cluster replaces the file's: nobody runs it.
         env.insert("CONCLAVE_CLUSTER", format!("cli-toml-elsewhere-{pid}"));
         env.insert("CONCLAVE_JOIN_TIMEOUT", "2s".to_owned());
-        let mut elsewhere = conclave(&env);
-        elsewhere.args(["status"]);
-        let (code, _, err) = Running::spawn("elsewhere", elsewhere).finish();
+        let (code, _, err) = run_to_end(&env, &["status"]);
         assert_eq!(code, UNAVAILABLE, "{err}");
 
         // A typo in the file is a configuration error naming it.
         std::fs::write(&file, "clustr = \"x\"\n").expect("config written");
-        let mut typo = conclave(&HashMap::new());
-        typo.args(["--config", config, "status"]);
-        let (code, _, err) = Running::spawn("typo", typo).finish();
+        let (code, _, err) = run_to_end(&HashMap::new(), &["--config", config, "status"]);
         assert_eq!(code, CONFIG, "{err}");
         assert!(err.contains("clustr"), "{err}");
     }
@@ -526,19 +516,7 @@ mod cli {
     #[test]
     fn run_forwards_sigterm_and_serve_leaves_on_sigterm() {
         let cluster = Cluster::start("signals");
-        let mut run = cluster.spawn(
-            "run",
-            &[
-                "run",
-                "--lock",
-                "job",
-                "--",
-                "sh",
-                "-c",
-                "trap 'echo got TERM; exit 3' TERM; echo started; while :; do sleep 0.05; done",
-            ],
-        );
-        run.expect(|l| l == "started");
+        let mut run = cluster.run_trapping(&[], "echo got TERM; exit 3");
         run.signal(rustix::process::Signal::TERM);
         let (code, out, err) = run.finish();
         assert_eq!(code, 3, "the command's own status: {out}\n{err}");
@@ -566,37 +544,30 @@ mod cli {
             format!("cli-key-{}", std::process::id()),
         );
         env.insert("CONCLAVE_TRANSPORT", "tcp".to_owned());
-        env.insert("CONCLAVE_CLUSTER_KEY_FILE", key.clone());
-        let mut serve_command = conclave(&env);
-        serve_command.args(["serve", "--name", "server"]);
-        let mut serve = Running::spawn("serve", serve_command);
-        let line = serve.expect(|l| l.starts_with("serving as "));
-        let (_, address) = line.split_once(" at ").expect("an address");
-        env.insert("CONCLAVE_SEEDS", address.to_owned());
+        env.insert("CONCLAVE_CLUSTER_KEY_FILE", key);
+        let cluster = Cluster::serve(env);
+        let mut env = cluster.env.clone();
         env.insert("CONCLAVE_JOIN_TIMEOUT", "3s".to_owned());
 
-        let mut keyed = conclave(&env);
-        keyed.args(["run", "--lock", "job", "--", "true"]);
-        let (code, _, err) = Running::spawn("keyed", keyed).finish();
+        let (code, _, err) = run_to_end(&env, &["run", "--lock", "job", "--", "true"]);
         assert_eq!(code, 0, "{err}");
 
         env.remove("CONCLAVE_CLUSTER_KEY_FILE");
-        let mut unkeyed = conclave(&env);
-        unkeyed.args(["run", "--lock", "job", "--", "true"]);
-        let (code, _, err) = Running::spawn("unkeyed", unkeyed).finish();
+        let (code, _, err) = run_to_end(&env, &["run", "--lock", "job", "--", "true"]);
         assert_eq!(code, UNAVAILABLE, "{err}");
 
-        let mut missing = conclave(&env);
-        missing.args([
-            "--key-file",
-            "/nonexistent/key",
-            "run",
-            "--lock",
-            "job",
-            "--",
-            "true",
-        ]);
-        let (code, _, err) = Running::spawn("missing key", missing).finish();
+        let (code, _, err) = run_to_end(
+            &env,
+            &[
+                "--key-file",
+                "/nonexistent/key",
+                "run",
+                "--lock",
+                "job",
+                "--",
+                "true",
+            ],
+        );
         assert_eq!(code, CONFIG, "{err}");
     }
 

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, TryRecvError};
 use async_io::Timer;
+use conclave_lock_api::seal::Sealer;
 use conclave_lock_api::{BlockingRecv, Datagram, Transport};
 use futures::future::{select, Either};
 use tracing::{debug, trace, warn};
@@ -57,7 +58,11 @@ pub(crate) fn spawn(
     inner: Arc<Inner>,
     commands: Receiver<Command>,
     leave_bound: Duration,
+    sealer: Arc<Sealer>,
 ) -> std::io::Result<JoinHandle<()>> {
+    // Only the metrics read the sealing layer's counters.
+    #[cfg(not(feature = "metrics"))]
+    drop(sealer);
     let name = format!("conclave-{}", inner.member.name());
     thread::Builder::new().name(name).spawn(move || {
         // Everything the node logs from its driver (the protocol's events included) carries
@@ -67,6 +72,8 @@ pub(crate) fn spawn(
         inner.duty.set_driver(thread::current());
         let transport = inner.transport.clone();
         let mut driver = Driver {
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Publisher::new(inner.member.name(), sealer),
             inner,
             commands,
             leave_bound,
@@ -103,6 +110,9 @@ struct Driver {
     /// When the endpoint (or the leave bound) next needs the driver.
     deadline: Option<Instant>,
     leaving_until: Option<Instant>,
+    /// When the counters go to the metrics recorder next.
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::Publisher,
 }
 
 impl Driver {
@@ -259,6 +269,15 @@ impl Driver {
             let done = self
                 .leaving_until
                 .is_some_and(|until| shared.endpoint.is_drained() || Instant::now() >= until);
+            #[cfg(feature = "metrics")]
+            if self.metrics.due(done) {
+                let gauges = crate::metrics::Gauges {
+                    view_members: shared.view.as_ref().map_or(0, |v| v.members().len()),
+                    held_locks: shared.endpoint.holds(now).len(),
+                    pending_requests: shared.endpoint.locks().pending_requests().len(),
+                };
+                self.metrics.publish(&shared.endpoint.stats(), gauges);
+            }
             shared.armed = shared.endpoint.poll_timeout();
             self.deadline = shared
                 .armed

@@ -62,6 +62,9 @@ pub(crate) struct Request {
     deadline: Option<std::time::Instant>,
     /// How many times the call asked again after a lost grant.
     reasks: u32,
+    /// When the call first registered (what `conclave_lock_wait_seconds` counts from).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    asked: Option<std::time::Instant>,
     /// The span of this lock call (`lock`, with the lock's name and mode): what the call logs
     /// while it asks, waits and asks again is inside it.
     span: tracing::Span,
@@ -90,6 +93,7 @@ impl Request {
             state: State::Idle(params),
             deadline: None,
             reasks: 0,
+            asked: None,
         }
     }
 
@@ -138,6 +142,11 @@ impl Request {
                     None => return Poll::Ready(Err(LockError::Lost(reason))),
                 }
             }
+            #[cfg(feature = "metrics")]
+            if answer.is_ok() {
+                let waited = self.asked.map_or(Duration::ZERO, |at| at.elapsed());
+                crate::metrics::lock_waited(self.backend.member().name(), params.mode, waited);
+            }
             return Poll::Ready(answer.map(|token| Hold {
                 backend: self.backend.clone(),
                 request,
@@ -146,6 +155,7 @@ impl Request {
                 mode: params.mode,
                 token,
                 armed: true,
+                granted_at: std::time::Instant::now(),
             }));
         }
     }
@@ -153,6 +163,7 @@ impl Request {
     /// Registers `params` with the backend (with what is left of the call's timeout).
     fn submit(&mut self, params: Params) -> Result<(), LockError> {
         let now = std::time::Instant::now();
+        self.asked.get_or_insert(now);
         if self.deadline.is_none() {
             self.deadline = params.timeout.map(|timeout| now + timeout);
         }
@@ -201,6 +212,9 @@ pub(crate) struct Hold {
     token: FencingToken,
     /// Whether dropping releases the lock (false once handed to an [`Unlock`]).
     armed: bool,
+    /// When the guard was handed out (what `conclave_lock_hold_seconds` counts from).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    granted_at: std::time::Instant,
 }
 
 impl fmt::Debug for Hold {
@@ -253,6 +267,16 @@ impl Hold {
         extend(&self.backend, self.request, lease)
     }
 
+    /// Reports how long the hold lasted (feature `metrics`).
+    fn record_hold(&self) {
+        #[cfg(feature = "metrics")]
+        crate::metrics::lock_held(
+            self.backend.member().name(),
+            self.mode,
+            self.granted_at.elapsed(),
+        );
+    }
+
     /// What a guard needs to watch or release this hold later.
     pub(crate) fn handle(&self) -> (Backend, RequestId) {
         (self.backend.clone(), self.request)
@@ -260,6 +284,7 @@ impl Hold {
 
     pub(crate) fn unlock(mut self) -> Unlock {
         self.armed = false;
+        self.record_hold();
         Unlock {
             backend: self.backend.clone(),
             request: self.request,
@@ -272,6 +297,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         if self.armed {
+            self.record_hold();
             self.backend.cancel(self.request);
         }
     }

@@ -99,6 +99,8 @@ mod handles;
 mod hold;
 pub mod local;
 pub mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod mutex;
 mod node;
 mod reentrant;

@@ -470,8 +470,8 @@ impl NodeBuilder {
             answer_bound,
         ));
         inner.lock().durable = durable;
-        let thread =
-            driver::spawn(inner.clone(), receiver, leave_bound).map_err(NodeError::Spawn)?;
+        let thread = driver::spawn(inner.clone(), receiver, leave_bound, sealer.clone())
+            .map_err(NodeError::Spawn)?;
         *inner
             .thread
             .lock()

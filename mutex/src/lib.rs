@@ -108,6 +108,7 @@ mod rwlock;
 mod service;
 mod shared;
 mod spin;
+mod stats;
 
 /// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
 /// their links to the API. Built for documentation only (the files live outside this crate),
@@ -151,6 +152,7 @@ pub use node::{LockEvents, Node, NodeBuilder, Views, DEFAULT_JOIN_TIMEOUT, DEFAU
 pub use reentrant::{ReentrantGuard, ReentrantLock};
 pub use rwlock::{RwLock, RwLockGuard};
 pub use service::LockService;
+pub use stats::NodeStats;
 
 // The futures by their earlier paths, for code written before the `futures` module.
 #[doc(hidden)]

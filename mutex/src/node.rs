@@ -480,6 +480,7 @@ impl NodeBuilder {
         let node = Node {
             backend: Arc::new(GroupBackend::new(inner.clone())),
             sealer: Some(sealer.clone()),
+            protocol_stats: Some(crate::stats::protocol_stats(&inner)),
         };
         let mut timer = Timer::after(self.join_timeout);
         loop {
@@ -574,6 +575,8 @@ pub struct Node {
     backend: Backend,
     /// The sealing layer under the group backend's transport.
     sealer: Option<Arc<Sealer>>,
+    /// The group backend's protocol counters ([`Node::stats`]).
+    pub(crate) protocol_stats: Option<crate::stats::ProtocolStats>,
 }
 
 impl fmt::Debug for Node {
@@ -639,6 +642,7 @@ impl Node {
         Node {
             backend,
             sealer: None,
+            protocol_stats: None,
         }
     }
 

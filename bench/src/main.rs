@@ -3,9 +3,9 @@
 //! run (a raw ping-pong between two processes over the same kind of socket). This machine is
 //! shared and noisy: compare ratios within one run only.
 //!
-//! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`,
-//! `seal`, `cache`, `transfer`, `scale` or `redis`; the `scale` mode is described in
-//! `bench_scale/mod.rs`, the `redis` mode, Conclave beside a Redis lock, in `bench/redis.rs`)
+//! Run: `cargo run --release -p conclave-bench --bin bench -- udp` (or `tcp`, `seal`, `cache`,
+//! `transfer`, `scale` or `redis`; the `scale` mode is described in `scale.rs`, the `redis`
+//! mode, Conclave beside a Redis lock, in `redis.rs`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -58,7 +58,9 @@ use std::sync::Arc;
 use conclave::api::Transport;
 use conclave::{EndpointConfig, Node, NodeBuilder, NodeCacheConfig};
 
-#[path = "bench_scale/mod.rs"]
+mod contend;
+mod redis;
+mod relay;
 mod scale;
 
 type Error = Box<dyn std::error::Error>;
@@ -693,13 +695,6 @@ fn child(args: &[String]) -> Result<(), Error> {
         other => Err(format!("unknown child role {other:?}").into()),
     }
 }
-
-#[path = "bench/contend.rs"]
-mod contend;
-#[path = "bench/redis.rs"]
-mod redis;
-#[path = "bench/relay.rs"]
-mod relay;
 
 /// A UDP transport that counts the lock-protocol datagrams it sends.
 struct Counted {

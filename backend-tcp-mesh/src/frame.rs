@@ -316,7 +316,7 @@ impl FrameReader {
     }
 
     /// Bytes allocated for the buffer.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn allocated(&self) -> usize {
         self.buf.capacity()
     }

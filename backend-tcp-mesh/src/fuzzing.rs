@@ -1,7 +1,7 @@
 //! The connection format's parsers, for the fuzz targets in `fuzz/`.
 //!
-//! **Not part of the API.** Compiled only with the `fuzzing` feature, hidden from the docs, and
-//! free to change or disappear in any release. It wraps the crate-private frame reader and
+//! **Not part of the API.** Compiled only under `--cfg fuzzing` (which cargo-fuzz passes), so no
+//! feature of the published crate exposes it; hidden from the docs, and free to change or disappear in any release. It wraps the crate-private frame reader and
 //! hello codec of the connection format (see the crate docs) without changing them.
 
 #![doc(hidden)]

@@ -215,7 +215,7 @@
 mod config;
 mod conn;
 mod frame;
-#[cfg(feature = "fuzzing")]
+#[cfg(fuzzing)]
 pub mod fuzzing;
 mod mesh;
 mod peer;

@@ -2,7 +2,7 @@
 //! there:
 //!
 //! ```text
-//! cargo run --manifest-path fuzz/Cargo.toml --example gen_corpus
+//! cd fuzz && cargo run --example gen_corpus
 //! ```
 //!
 //! Seeds are valid inputs the fuzzer starts from: an encoded packet of each frame kind and a

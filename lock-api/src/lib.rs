@@ -12,7 +12,11 @@
 //!   front end drives;
 //! - with the feature `wake` (Unix), [`wake::WakePipe`], the wake-up pipe of the backends'
 //!   blocking receives;
-//! - with the feature `seal`, [`seal`]: datagrams sealed with the cluster key.
+//! - with the feature `seal`, [`seal`]: the sealing layer, every datagram and frame sealed
+//!   with the cluster key. It is a module tree of its own (`seal/`) that uses only the
+//!   [`Transport`] trait and the [`wire`] format of this crate; it lives here because every
+//!   backend needs it and already depends on this crate alone. What it promises, and what it
+//!   does not, is in its module documentation.
 //!
 //! ```
 //! use conclave_lock_api::{LockName, LockNameError};

@@ -2,7 +2,7 @@
 //! same through the protocol core alone and a raw cross-thread ping-pong (the cost of one
 //! round trip between two threads, which a remote grant needs at least).
 //!
-//! Run: `cargo bench -p conclave --bench front_end`
+//! Run: `cargo bench -p conclave-locks --bench front_end`
 
 use std::hint::black_box;
 use std::time::Duration;

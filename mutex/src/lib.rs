@@ -110,18 +110,20 @@ mod shared;
 mod spin;
 mod stats;
 
-/// The repository's documents (`docs/*.md`), rendered by rustdoc so that `cargo doc` checks
-/// their links to the API. Built for documentation only (the files live outside this crate),
-/// and not as doctests: their snippets are fragments.
+/// The repository's documents (`docs/*.md`): the user guide, the design, the protocol and the
+/// benchmarks, rendered by rustdoc so that `cargo doc` checks their links to the API. The
+/// crate's `docs/` holds symbolic links to them, which `cargo package` replaces with the files,
+/// so the published crate carries one copy and the repository keeps one source. Built for
+/// documentation only, and not as doctests: their snippets are fragments.
 #[cfg(all(doc, not(doctest)))]
 pub mod docs {
-    #[doc = include_str!("../../docs/guide.md")]
+    #[doc = include_str!("../docs/guide.md")]
     pub mod guide {}
-    #[doc = include_str!("../../docs/design.md")]
+    #[doc = include_str!("../docs/design.md")]
     pub mod design {}
-    #[doc = include_str!("../../docs/protocol.md")]
+    #[doc = include_str!("../docs/protocol.md")]
     pub mod protocol {}
-    #[doc = include_str!("../../docs/benchmarks.md")]
+    #[doc = include_str!("../docs/benchmarks.md")]
     pub mod benchmarks {}
 }
 

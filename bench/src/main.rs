@@ -3,9 +3,9 @@
 //! run (a raw ping-pong between two processes over the same kind of socket). This machine is
 //! shared and noisy: compare ratios within one run only.
 //!
-//! Run: `cargo run --release -p conclave --all-features --example bench -- udp` (or `tcp`,
-//! `seal`, `cache`, `transfer`, `scale` or `redis`; the `scale` mode is described in
-//! `bench_scale/mod.rs`, the `redis` mode, Conclave beside a Redis lock, in `bench/redis.rs`)
+//! Run: `cargo run --release -p conclave-bench --bin bench -- udp` (or `tcp`, `seal`, `cache`,
+//! `transfer`, `scale` or `redis`; the `scale` mode is described in `scale.rs`, the `redis`
+//! mode, Conclave beside a Redis lock, in `redis.rs`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -48,17 +48,20 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-use conclave::api::Transport;
 use conclave::{EndpointConfig, Node, NodeBuilder, NodeCacheConfig};
 
-#[path = "bench_scale/mod.rs"]
+use crate::counting::{Counting, SendCounter};
+
+mod contend;
+mod counting;
+mod redis;
+mod relay;
 mod scale;
 
 type Error = Box<dyn std::error::Error>;
@@ -195,12 +198,12 @@ async fn join(name: &str, net: &Net) -> Result<Node, Error> {
 async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Result<Node, Error> {
     let builder = Node::builder("bench").name(name);
     let builder = match (net, sent) {
-        (Net::Udp(port), Some(sent)) => builder.transport(Counted {
+        (Net::Udp(port), Some(sent)) => builder.transport(Counting {
             inner: UdpMulticast::bind(&UdpConfig {
                 port: *port,
                 ..UdpConfig::loopback()
             })?,
-            sent,
+            counter: LockDatagrams(sent),
         }),
         (Net::Udp(port), None) => builder.transport(UdpMulticast::bind(&UdpConfig {
             port: *port,
@@ -694,59 +697,24 @@ fn child(args: &[String]) -> Result<(), Error> {
     }
 }
 
-#[path = "bench/contend.rs"]
-mod contend;
-#[path = "bench/redis.rs"]
-mod redis;
-#[path = "bench/relay.rs"]
-mod relay;
+/// Counts the lock-protocol datagrams a member sends: reliable data, not heartbeats,
+/// discovery or lone acknowledgements.
+struct LockDatagrams(Arc<AtomicU64>);
 
-/// A UDP transport that counts the lock-protocol datagrams it sends.
-struct Counted {
-    inner: UdpMulticast,
-    sent: Arc<AtomicU64>,
-}
-
-impl Counted {
-    fn count(&self, bytes: &[u8]) {
+impl SendCounter for LockDatagrams {
+    fn count(&self, bytes: &[u8], discovery: bool) {
+        if discovery {
+            return;
+        }
         let cluster = conclave::api::wire::ClusterId::from_name("bench");
         if let Ok(packet) = conclave::api::wire::decode_packet(cluster, bytes) {
             if matches!(
                 packet.frame,
                 conclave::api::wire::Frame::Data(_) | conclave::api::wire::Frame::Bundle(_)
             ) {
-                self.sent.fetch_add(1, Ordering::Relaxed);
+                self.0.fetch_add(1, Ordering::Relaxed);
             }
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Transport for Counted {
-    fn local_addr(&self) -> SocketAddr {
-        self.inner.local_addr()
-    }
-    fn max_datagram_size(&self) -> usize {
-        self.inner.max_datagram_size()
-    }
-    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> std::io::Result<()> {
-        self.count(bytes);
-        self.inner.send_to(to, bytes)
-    }
-    fn send_discovery(&self, bytes: &[u8]) -> std::io::Result<()> {
-        self.inner.send_discovery(bytes)
-    }
-    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
-        self.inner.discovery_report()
-    }
-    async fn recv(&self) -> std::io::Result<conclave::api::Datagram> {
-        self.inner.recv().await
-    }
-    fn blocking(&self) -> Option<&dyn conclave::api::BlockingRecv> {
-        self.inner.blocking()
-    }
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }
 

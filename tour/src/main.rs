@@ -5,7 +5,7 @@
 //! Crashes and partitions are made with a fault table in front of each socket
 //! ([`conclave::faults`]).
 //!
-//! Run: `cargo run --release -p conclave --example tour`
+//! Run: `cargo run --release -p conclave-tour`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

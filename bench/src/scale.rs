@@ -25,17 +25,16 @@
 //! in a child is bounded.
 
 use std::io::BufRead;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use conclave::api::Transport;
 use conclave::tcp::TcpMesh;
 use conclave::udp::{UdpConfig, UdpMulticast};
 use conclave::{EndpointConfig, Node};
 
-use super::{port, Error, Net, Proc};
+use crate::counting::{Counting, SendCounter};
+use crate::{port, Error, Net, Proc};
 
 const SIZES: [usize; 4] = [3, 8, 32, 64];
 /// Processes the members other than the coordinator are spread over, at most.
@@ -400,16 +399,16 @@ async fn join(name: &str, net: &Net, meter: Meter) -> Result<Node, Error> {
         .join_timeout(Duration::from_secs(30));
     let builder = super::spin_from_env(builder)?;
     let builder = match net {
-        Net::Udp(port) => builder.transport(Metered {
+        Net::Udp(port) => builder.transport(Counting {
             inner: UdpMulticast::bind(&UdpConfig {
                 port: *port,
                 ..UdpConfig::loopback()
             })?,
-            meter,
+            counter: meter,
         }),
-        Net::Tcp(seeds) => builder.transport(Metered {
+        Net::Tcp(seeds) => builder.transport(Counting {
             inner: TcpMesh::loopback(seeds.iter().copied())?,
-            meter,
+            counter: meter,
         }),
     };
     Ok(builder.join().await?)
@@ -433,38 +432,8 @@ impl Meter {
     }
 }
 
-/// A transport that counts what it sends.
-struct Metered<T> {
-    inner: T,
-    meter: Meter,
-}
-
-#[async_trait::async_trait]
-impl<T: Transport> Transport for Metered<T> {
-    fn local_addr(&self) -> SocketAddr {
-        self.inner.local_addr()
-    }
-    fn max_datagram_size(&self) -> usize {
-        self.inner.max_datagram_size()
-    }
-    fn send_to(&self, to: SocketAddr, bytes: &[u8]) -> std::io::Result<()> {
-        self.meter.add(bytes.len());
-        self.inner.send_to(to, bytes)
-    }
-    fn send_discovery(&self, bytes: &[u8]) -> std::io::Result<()> {
-        self.meter.add(bytes.len());
-        self.inner.send_discovery(bytes)
-    }
-    fn discovery_report(&self) -> Vec<conclave::api::DiscoveryReport> {
-        self.inner.discovery_report()
-    }
-    async fn recv(&self) -> std::io::Result<conclave::api::Datagram> {
-        self.inner.recv().await
-    }
-    fn blocking(&self) -> Option<&dyn conclave::api::BlockingRecv> {
-        self.inner.blocking()
-    }
-    async fn close(&self) {
-        self.inner.close().await;
+impl SendCounter for Meter {
+    fn count(&self, bytes: &[u8], _discovery: bool) {
+        self.add(bytes.len());
     }
 }

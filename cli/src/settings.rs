@@ -92,8 +92,14 @@ impl Settings {
         let bind = flags.bind.or(file.bind);
         let transport = match flags.transport.or(file.transport) {
             Some(TransportKind::Udp) | None => {
-                let defaults = UdpConfig::loopback();
                 let udp = &file.udp;
+                let interface = flags.multicast_interface.or(udp.interface);
+                // A real interface means a LAN: its address for the socket, TTL 1 and
+                // Ethernet-sized datagrams unless set otherwise.
+                let defaults = match interface {
+                    Some(ip) if !ip.is_loopback() => UdpConfig::lan(ip),
+                    _ => UdpConfig::loopback(),
+                };
                 TransportSettings::Udp(UdpConfig {
                     bind: bind.unwrap_or(defaults.bind),
                     group: flags
@@ -101,10 +107,7 @@ impl Settings {
                         .or(udp.group)
                         .unwrap_or(defaults.group),
                     port: flags.multicast_port.or(udp.port).unwrap_or(defaults.port),
-                    interface: flags
-                        .multicast_interface
-                        .or(udp.interface)
-                        .unwrap_or(defaults.interface),
+                    interface: interface.unwrap_or(defaults.interface),
                     ttl: flags.multicast_ttl.or(udp.ttl).unwrap_or(defaults.ttl),
                     max_datagram: udp.max_datagram.unwrap_or(defaults.max_datagram),
                     ..defaults

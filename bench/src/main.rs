@@ -42,6 +42,9 @@
 //! from this process, whose grantor is another process, in a cluster without a key and in one
 //! with a key, in alternating rounds beside the floor; it prints both and their ratio.
 //!
+//! The `redis` mode also draws its figures as SVG charts (`docs/bench-redis-latency.svg`,
+//! `docs/bench-redis-handoffs.svg`; `CONCLAVE_BENCH_CHARTS=DIR` writes them elsewhere).
+//!
 //! Every child process is killed by its PID when the benchmark ends, also on error. Nothing
 //! leaves the host: sockets on 127.0.0.1, multicast with TTL 0.
 
@@ -58,6 +61,7 @@ use conclave::{EndpointConfig, Node, NodeBuilder, NodeCacheConfig};
 
 use crate::counting::{Counting, SendCounter};
 
+mod chart;
 mod contend;
 mod counting;
 mod redis;

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use conclave::{DistributedMutex, Node};
 
+use super::chart;
 use super::contend::{count_and_cpu, cpu_time, cpu_time_of, per_handoff};
 use super::{expect, join, micros, percentile, start_coordinator, Error, Floor, Mode, Proc};
 
@@ -510,6 +511,35 @@ pub(crate) async fn run() -> Result<(), Error> {
     redis_back_off.lock.clone_from(&redis_at_once.lock);
     redis_back_off.pair.clone_from(&redis_at_once.pair);
     redis_back_off.row("Redis, takers pause 100 µs", floor_p50);
+    let systems = [
+        ("Conclave over UDP", &conclave_udp),
+        ("Conclave over TCP", &conclave_tcp),
+        ("Redis, takers ask again at once", &redis_at_once),
+        ("Redis, takers pause 100 µs", &redis_back_off),
+    ];
+    let pairs: Vec<(&str, &[Duration])> = systems[..3]
+        .iter()
+        .map(|(name, f)| (*name, f.pair.as_slice()))
+        .collect();
+    chart::write(
+        "bench-redis-latency.svg",
+        &chart::latency(
+            "uncontended lock + unlock (awaited), loopback: min to p99, marks at p50 and p90",
+            &pairs,
+        ),
+    )?;
+    let rates: Vec<(&str, f64)> = systems
+        .iter()
+        .map(|(name, f)| (*name, f.median_rate()))
+        .collect();
+    chart::write(
+        "bench-redis-handoffs.svg",
+        &chart::rates(
+            "contended handoffs per second, 4 processes (median of the rounds)",
+            "/s",
+            &rates,
+        ),
+    )?;
     println!();
     println!(
         "contended handoffs/s, Conclave over UDP ÷ Redis (at once): {:.2}; Conclave over TCP ÷ Redis (at once): {:.2}",

@@ -108,7 +108,7 @@ mod rwlock;
 mod service;
 mod shared;
 mod spin;
-mod stats;
+pub mod stats;
 
 /// The repository's documents (`docs/*.md`): the user guide, the design, the protocol and the
 /// benchmarks, rendered by rustdoc so that `cargo doc` checks their links to the API. The
@@ -129,16 +129,27 @@ pub mod docs {
 
 pub use conclave_lock_api as api;
 pub use conclave_lock_api::seal;
+pub use conclave_lock_api::wire::SharedSetting;
 pub use conclave_lock_api::{
     ClusterName, ClusterNameError, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, FencingToken,
     GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost, LockLostReason, LockMode,
     LockName, LockNameError, LockStatus, MemberId, OwnerId, ServiceName, UnexpectedGrant,
     UnexpectedLock, UnlockError, View,
 };
+/// The protocol crate (sans-IO state machines and the simulator), for those who drive the
+/// protocol themselves. Not part of this crate's API: what a user of nodes and locks needs
+/// of it is re-exported at the top level.
+#[doc(hidden)]
 pub use conclave_protocol as protocol;
-pub use conclave_protocol::gms::Founding;
-pub use conclave_protocol::locking::{NodeCacheConfig, PartitionPolicy};
-pub use conclave_protocol::EndpointConfig;
+pub use conclave_protocol::gms::{Founding, GmsConfig, GmsConfigError};
+pub use conclave_protocol::locking::{
+    LockConfig, LockConfigError, NodeCacheConfig, PartitionPolicy,
+};
+pub use conclave_protocol::reliable::{
+    Config as ReliableConfig, ConfigError as ReliableConfigError,
+};
+pub use conclave_protocol::{shared_settings, EndpointConfig, MAX_SERVICES};
+
 /// The UDP multicast backend (feature `udp-multicast`): multicast discovery, unicast
 /// datagrams, on loopback with TTL 0 unless configured otherwise.
 #[cfg(feature = "udp-multicast")]

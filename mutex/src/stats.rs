@@ -1,10 +1,14 @@
-//! One snapshot of what a node knows about itself: [`Node::stats`].
+//! The counters [`Node::stats`] returns: one [`NodeStats`] snapshot, and the types of its
+//! layers' counters.
 
 use std::sync::Arc;
 
-use conclave_lock_api::seal::SealStats;
+pub use conclave_lock_api::seal::SealStats;
 use conclave_lock_api::{MemberId, View};
-use conclave_protocol::EndpointStats;
+pub use conclave_protocol::gms::GmsStats;
+pub use conclave_protocol::locking::{CacheStats, GrantorStats};
+pub use conclave_protocol::reliable::Stats as ReliableStats;
+pub use conclave_protocol::EndpointStats;
 
 use crate::node::Node;
 use crate::shared::Inner;

@@ -1,13 +1,13 @@
-//! Held locks seen by their owners: status, lease checks and renewals of the client side.
+//! The locks of local owners: their status, lease checks and renewals, and giving them up.
 
 use std::time::Duration;
 
 use conclave_lock_api::wire::NODE_OWNER;
-use conclave_lock_api::RequestId;
+use conclave_lock_api::{LockLostReason, RequestId};
 
 use super::client::Held;
 use super::timers::Timer;
-use super::types::{HoldInfo, HoldStatus};
+use super::types::{HoldInfo, HoldStatus, LockNotice, Refusal};
 use super::LockService;
 use crate::time::Instant;
 
@@ -141,5 +141,67 @@ impl LockService {
             let interval = (self.config.suspend_after / 2).max(Duration::from_millis(1));
             self.timers.set(Timer::Renewal, Some(now + interval));
         }
+    }
+
+    /// UNLOCK_ALL for one local owner: releases every lock it holds and withdraws every
+    /// request it has pending. Each release is acknowledged and retried like an `unlock`.
+    /// Returns how many locks were released.
+    pub fn unlock_all(&mut self, now: Instant, owner: u64) -> usize {
+        self.enter(now);
+        let cached = self.cache_unlock_all(now, owner);
+        let held: Vec<RequestId> = self
+            .client
+            .held()
+            .filter(|(_, h)| h.owner == owner)
+            .map(|(r, _)| *r)
+            .collect();
+        for request in &held {
+            self.client.unlock(*request, false, &mut self.outbox);
+        }
+        let pending: Vec<RequestId> = self
+            .client
+            .pending_requests()
+            .copied()
+            .filter(|r| self.client.pending_owner(*r) == Some(owner))
+            .collect();
+        for request in pending {
+            self.client.cancel(request, &mut self.outbox);
+        }
+        self.pump(now);
+        held.len() + cached
+    }
+
+    /// The member is leaving: every held lock is reported lost ([`LockLostReason::Shutdown`])
+    /// and released at the grantor, and every pending request is withdrawn
+    /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held
+    /// by a member the grantor no longer counts.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.give_up(now, LockLostReason::Shutdown, Refusal::Shutdown);
+    }
+
+    /// A named service destroyed on this member: every held lock is released and reported
+    /// lost ([`LockLostReason::ServiceDestroyed`]), every pending request withdrawn and refused
+    /// ([`Refusal::Destroyed`]). The service keeps its part in the cluster (as grantor, if it
+    /// is, and in reconciliations), holding nothing for this member.
+    pub fn destroy(&mut self, now: Instant) {
+        self.give_up(now, LockLostReason::ServiceDestroyed, Refusal::Destroyed);
+    }
+
+    pub(super) fn give_up(&mut self, now: Instant, lost: LockLostReason, refusal: Refusal) {
+        self.enter(now);
+        self.cache_shutdown(lost, refusal);
+        self.client
+            .lose_all(lost, &mut self.outbox, &mut self.notices);
+        for request in self.client.pending_requests().copied().collect::<Vec<_>>() {
+            if let Some(name) = self.client.pending_name(request) {
+                self.client.cancel(request, &mut self.outbox);
+                self.notices.push_back(LockNotice::Refused {
+                    request,
+                    name,
+                    reason: refusal,
+                });
+            }
+        }
+        self.pump(now);
     }
 }

@@ -33,6 +33,7 @@
 mod cache;
 mod client;
 mod config;
+mod granting;
 mod grantor;
 mod holds;
 mod lazy_ack;
@@ -53,11 +54,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use conclave_lock_api::wire::LockMessage;
-use conclave_lock_api::{LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View};
+use conclave_lock_api::{MemberId, RequestId, View};
 
 use crate::time::Instant;
 use client::Client;
-use grantor::{Ctx, Grantor};
+use grantor::Grantor;
 use majority::Majority;
 use queries::Queries;
 use timers::{Timer, TimerTable};
@@ -308,68 +309,6 @@ impl LockService {
         Ok(())
     }
 
-    /// UNLOCK_ALL for one local owner: releases every lock it holds and withdraws every
-    /// request it has pending. Each release is acknowledged and retried like an `unlock`.
-    /// Returns how many locks were released.
-    pub fn unlock_all(&mut self, now: Instant, owner: u64) -> usize {
-        self.enter(now);
-        let cached = self.cache_unlock_all(now, owner);
-        let held: Vec<RequestId> = self
-            .client
-            .held()
-            .filter(|(_, h)| h.owner == owner)
-            .map(|(r, _)| *r)
-            .collect();
-        for request in &held {
-            self.client.unlock(*request, false, &mut self.outbox);
-        }
-        let pending: Vec<RequestId> = self
-            .client
-            .pending_requests()
-            .copied()
-            .filter(|r| self.client.pending_owner(*r) == Some(owner))
-            .collect();
-        for request in pending {
-            self.client.cancel(request, &mut self.outbox);
-        }
-        self.pump(now);
-        held.len() + cached
-    }
-
-    /// The member is leaving: every held lock is reported lost ([`LockLostReason::Shutdown`])
-    /// and released at the grantor, and every pending request is withdrawn
-    /// ([`Refusal::Shutdown`]). Call it before the membership layer leaves, so no lock is held
-    /// by a member the grantor no longer counts.
-    pub fn shutdown(&mut self, now: Instant) {
-        self.give_up(now, LockLostReason::Shutdown, Refusal::Shutdown);
-    }
-
-    /// A named service destroyed on this member: every held lock is released and reported
-    /// lost ([`LockLostReason::ServiceDestroyed`]), every pending request withdrawn and refused
-    /// ([`Refusal::Destroyed`]). The service keeps its part in the cluster (as grantor, if it
-    /// is, and in reconciliations), holding nothing for this member.
-    pub fn destroy(&mut self, now: Instant) {
-        self.give_up(now, LockLostReason::ServiceDestroyed, Refusal::Destroyed);
-    }
-
-    fn give_up(&mut self, now: Instant, lost: LockLostReason, refusal: Refusal) {
-        self.enter(now);
-        self.cache_shutdown(lost, refusal);
-        self.client
-            .lose_all(lost, &mut self.outbox, &mut self.notices);
-        for request in self.client.pending_requests().copied().collect::<Vec<_>>() {
-            if let Some(name) = self.client.pending_name(request) {
-                self.client.cancel(request, &mut self.outbox);
-                self.notices.push_back(LockNotice::Refused {
-                    request,
-                    name,
-                    reason: refusal,
-                });
-            }
-        }
-        self.pump(now);
-    }
-
     /// Records a heartbeat from `from`. Only heartbeats should be fed here: members send them
     /// only to the members of their view, so hearing one from the grantor means it still
     /// counts us in (acknowledgements of the reliable layer do not mean that).
@@ -413,13 +352,6 @@ impl LockService {
         self.arm_renewal(now);
         self.cache_timeout(now);
         self.pump(now);
-    }
-
-    fn tick_grantor(&mut self, now: Instant) {
-        if let Some(view) = self.view.clone() {
-            let ctx = self.ctx(now, &view);
-            self.grantor.handle_timeout(&ctx, &mut self.outbox);
-        }
     }
 
     /// The next message to send (never to this member itself).
@@ -503,68 +435,6 @@ impl LockService {
         }
     }
 
-    /// Whether this member is the grantor and serving (not reconciling).
-    pub fn is_serving(&self) -> bool {
-        self.grantor.is_serving()
-    }
-
-    /// Whether this member is the grantor and reconciling.
-    pub fn is_reconciling(&self) -> bool {
-        self.grantor.is_reconciling()
-    }
-
-    /// The grantor's table (empty unless this member is the grantor): lock, owner, request,
-    /// mode of every hold.
-    pub fn grantor_holds(&self) -> Vec<(LockName, OwnerId, RequestId, LockMode)> {
-        self.grantor
-            .holds()
-            .map(|(n, o, r, m)| (n.clone(), o.clone(), r, m))
-            .collect()
-    }
-
-    /// Counters of the grantor role.
-    pub fn grantor_stats(&self) -> GrantorStats {
-        self.grantor.stats
-    }
-
-    fn ctx<'a>(&self, now: Instant, view: &'a View) -> Ctx<'a> {
-        Ctx {
-            now,
-            view,
-            policy_ok: self.config.policy.allows(view.len())
-                && self.lease_ok(now)
-                && (!self.config.policy.is_majority()
-                    || self.grantor.sabotage.grant_while_reconciling
-                    || self.grace_end().is_some_and(|t| now >= t)),
-            lease_ok: self.lease_ok(now),
-            term: if self.borrows() {
-                self.majority.started_term
-            } else {
-                self.majority.term.as_ref().map(|t| t.term)
-            },
-            quorum: match self.config.policy {
-                PartitionPolicy::Majority { cluster_size } => Some(cluster_size),
-                PartitionPolicy::Available => None,
-            },
-            fence: self
-                .config
-                .policy
-                .is_majority()
-                .then(|| self.config.lease + self.config.lease_margin),
-            grace_end: self
-                .config
-                .policy
-                .is_majority()
-                .then(|| self.grace_end())
-                .flatten(),
-            reconcile_timeout: self.config.reconcile_timeout,
-            drift: (
-                self.config.lease + self.config.lease_margin,
-                self.config.lease,
-            ),
-        }
-    }
-
     fn dispatch(&mut self, now: Instant, from: &MemberId, message: LockMessage) {
         match message {
             LockMessage::TableRequest { query } => {
@@ -572,19 +442,7 @@ impl LockService {
                 self.outbox.push_back((from.clone(), answer));
             }
             answer @ LockMessage::Table { .. } => self.on_table(from, answer),
-            LockMessage::Serving { epoch } => {
-                let newer = self.announcement.as_ref().is_none_or(|(_, e)| epoch >= *e);
-                if newer {
-                    self.announcement = Some((from.clone(), epoch));
-                }
-                let from_coordinator = self
-                    .view
-                    .as_ref()
-                    .is_some_and(|v| v.coordinator() == from && epoch >= v.epoch());
-                if from_coordinator {
-                    self.set_serving_grantor(Some(from.clone()));
-                }
-            }
+            LockMessage::Serving { epoch } => self.on_serving(from, epoch),
             LockMessage::Denied {
                 unavailable: true, ..
             } if self.serving_grantor.as_ref() == Some(from) => {
@@ -613,19 +471,7 @@ impl LockService {
             | LockMessage::ExtendLease { .. }
                 if self.handed_over() =>
             {
-                // Handed over: the sender must ask the new grantor (nothing is applied here,
-                // not even a release: the new grantor's table has the lock).
-                if let (Some(view), Some((_, to))) =
-                    (self.view.as_ref(), self.transfer.transferred.as_ref())
-                {
-                    let reply = LockMessage::NotGrantor {
-                        epoch: view.epoch(),
-                        coordinator: view.coordinator().incarnation(),
-                        grantor: to.clone(),
-                        generation: self.grantor.generation + 1,
-                    };
-                    self.outbox.push_back((from.clone(), reply));
-                }
+                self.refer_to_new_grantor(from);
             }
             LockMessage::Lock { .. }
             | LockMessage::Holding { .. }
@@ -694,39 +540,6 @@ impl LockService {
         }
         self.grantor.lazy_acks.flush(now, &mut self.outbox);
         self.arm_timers();
-    }
-
-    /// Under `Available`: this member grants, and its fencing tokens ran out for their epoch.
-    /// It grants nothing until a view with a higher epoch, at least the one returned, which
-    /// the endpoint then asks the membership layer for ([`crate::gms::Gms::renew_view`]).
-    pub fn needs_new_view(&self) -> Option<u64> {
-        (!self.config.policy.is_majority() && self.grantor.exhausted())
-            .then(|| self.grantor.table.last_token().epoch().saturating_add(1))
-    }
-
-    /// False for a grant made in another view than ours, under `Available`: our grantor moved
-    /// to another lineage of views and granted there, to the member it lists there (seed
-    /// 6004172 of the transfer band: two holders in our view). Such a grant is not ours to
-    /// keep: the client gives it back; the request, if pending, goes to our view's grantor.
-    fn of_our_view(&self, message: &LockMessage) -> bool {
-        let LockMessage::Granted {
-            view: Some(granted_in),
-            ..
-        } = message
-        else {
-            return true;
-        };
-        self.config.policy.is_majority()
-            || self
-                .view
-                .as_deref()
-                .is_some_and(|v| grantor::grant_view(v) == *granted_in)
-    }
-
-    /// Whether `member` is this member's grantor (the coordinator of its view, or the member
-    /// the role was transferred to).
-    fn grantor_is(&self, member: &MemberId) -> bool {
-        self.client.grantor() == Some(member)
     }
 }
 

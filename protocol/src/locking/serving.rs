@@ -60,4 +60,19 @@ impl LockService {
             self.ask_for_grantor();
         }
     }
+
+    /// A grantor announced that it serves the view `epoch`.
+    pub(super) fn on_serving(&mut self, from: &MemberId, epoch: u64) {
+        let newer = self.announcement.as_ref().is_none_or(|(_, e)| epoch >= *e);
+        if newer {
+            self.announcement = Some((from.clone(), epoch));
+        }
+        let from_coordinator = self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.coordinator() == from && epoch >= v.epoch());
+        if from_coordinator {
+            self.set_serving_grantor(Some(from.clone()));
+        }
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use conclave_lock_api::wire::LeaseBeat;
-use conclave_lock_api::FencingToken;
+use conclave_lock_api::{FencingToken, LockLostReason, LockMode, LockName, OwnerId};
 
 use super::*;
 use crate::gms::ViewOrigin;

@@ -343,6 +343,23 @@ impl LockService {
             && matches!(message, LockMessage::Handoff { generation: 0, .. })
     }
 
+    /// A request for the grantor this member handed its table over to: the sender must ask
+    /// the new grantor (nothing is applied here, not even a release: the new grantor's table
+    /// has the lock).
+    pub(super) fn refer_to_new_grantor(&mut self, from: &MemberId) {
+        if let (Some(view), Some((_, to))) =
+            (self.view.as_ref(), self.transfer.transferred.as_ref())
+        {
+            let reply = LockMessage::NotGrantor {
+                epoch: view.epoch(),
+                coordinator: view.coordinator().incarnation(),
+                grantor: to.clone(),
+                generation: self.grantor.generation + 1,
+            };
+            self.outbox.push_back((from.clone(), reply));
+        }
+    }
+
     /// Whether this member handed the grantor role of its current view to another member.
     pub(super) fn handed_over(&self) -> bool {
         !self.grantor.is_active()

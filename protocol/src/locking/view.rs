@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use conclave_lock_api::wire::LockMessage;
-use conclave_lock_api::{LockLostReason, View};
+use conclave_lock_api::{LockLostReason, MemberId, View};
 use tracing::debug;
 
 use super::types::ViewKey;
@@ -116,5 +116,30 @@ impl LockService {
             self.on_transfer(now, &grantor, announce);
         }
         self.pump(now);
+    }
+
+    /// False for a grant made in another view than ours, under `Available`: our grantor moved
+    /// to another lineage of views and granted there, to the member it lists there (seed
+    /// 6004172 of the transfer band: two holders in our view). Such a grant is not ours to
+    /// keep: the client gives it back; the request, if pending, goes to our view's grantor.
+    pub(super) fn of_our_view(&self, message: &LockMessage) -> bool {
+        let LockMessage::Granted {
+            view: Some(granted_in),
+            ..
+        } = message
+        else {
+            return true;
+        };
+        self.config.policy.is_majority()
+            || self
+                .view
+                .as_deref()
+                .is_some_and(|v| super::grantor::grant_view(v) == *granted_in)
+    }
+
+    /// Whether `member` is this member's grantor (the coordinator of its view, or the member
+    /// the role was transferred to).
+    pub(super) fn grantor_is(&self, member: &MemberId) -> bool {
+        self.client.grantor() == Some(member)
     }
 }

@@ -16,7 +16,6 @@ use tracing::debug;
 
 use super::types::{LockNotice, Outbox, Refusal};
 use crate::time::Instant;
-use answers::Grant;
 
 mod answers;
 
@@ -641,24 +640,8 @@ impl Client {
     ) {
         let from_grantor = of_our_view && self.grantor.as_ref() == Some(from);
         match message {
-            LockMessage::Granted {
-                request,
-                name,
-                token,
-                stamp,
-                cached,
-                lease_ms,
-                view: _,
-            } => {
-                let grant = Grant {
-                    request,
-                    name,
-                    token,
-                    stamp,
-                    cached,
-                    lease_ms,
-                };
-                self.on_granted(now, from, from_grantor, grant, out, notices);
+            LockMessage::Granted { .. } => {
+                self.on_granted(now, from, from_grantor, message, out, notices);
             }
             LockMessage::Queued { request, position } if from_grantor => {
                 self.on_queued(request, position, notices);

@@ -14,17 +14,6 @@ use crate::locking::lease::scale;
 use crate::locking::types::{LockNotice, Outbox, Refusal};
 use crate::time::Instant;
 
-/// A GRANTED message's fields the client uses.
-#[derive(Debug)]
-pub(super) struct Grant {
-    pub(super) request: RequestId,
-    pub(super) name: LockName,
-    pub(super) token: FencingToken,
-    pub(super) stamp: u64,
-    pub(super) cached: bool,
-    pub(super) lease_ms: Option<u64>,
-}
-
 impl Client {
     /// GRANTED: held if it answers a pending request of ours from our grantor; otherwise
     /// reported and settled (given back, or left to a cancel or a resend).
@@ -33,21 +22,26 @@ impl Client {
         now: Instant,
         from: &MemberId,
         from_grantor: bool,
-        grant: Grant,
+        grant: LockMessage,
         out: &mut Outbox,
         notices: &mut VecDeque<LockNotice>,
     ) {
-        if self.settle_unexpected_grant(from, from_grantor, &grant, out, notices) {
-            return;
-        }
-        let Grant {
+        let LockMessage::Granted {
             request,
             name,
             token,
             stamp,
             cached,
             lease_ms,
-        } = grant;
+            view: _,
+        } = grant
+        else {
+            return;
+        };
+        let grant = (request, &name, token);
+        if self.settle_unexpected_grant(from, from_grantor, grant, out, notices) {
+            return;
+        }
         let leased_from = match self.lease {
             None => now,
             Some(_) if self.anchor_at_receipt => now,
@@ -119,12 +113,11 @@ impl Client {
         &mut self,
         from: &MemberId,
         from_grantor: bool,
-        grant: &Grant,
+        (request, name, token): (RequestId, &LockName, FencingToken),
         out: &mut Outbox,
         notices: &mut VecDeque<LockNotice>,
     ) -> bool {
-        let (request, token) = (grant.request, grant.token);
-        let name = grant.name.clone();
+        let name = name.clone();
         if let Some(pending) = self.pending.get_mut(&request) {
             if pending.given_back.get(from).is_some_and(|t| token <= *t) {
                 // A copy of a grant already given back (the grantor answered a resend

@@ -369,33 +369,7 @@ impl LockService {
     /// When [`LockService::handle_timeout`] should next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let next = self.timers.next_timeout();
-        assert_eq!(next, self.legacy_timeout(), "TIMER TABLE MISMATCH");
-        next
-    }
-
-    fn legacy_timeout(&self) -> Option<Instant> {
-        let majority = self.config.policy.is_majority();
-        [
-            self.client.next_deadline(),
-            self.grantor.poll_timeout(self.last_now),
-            self.timers.get(Timer::LeaseCheck),
-            self.timers.get(Timer::Renewal),
-            majority
-                .then(|| self.client.next_expiry(self.config.lease))
-                .flatten(),
-            self.grace_end().filter(|t| *t > self.last_now),
-            self.majority
-                .minority_since
-                .filter(|_| self.client.pending_requests().next().is_some())
-                .map(|since| since + self.config.lease),
-            self.cache_next_timeout(),
-            self.client.next_acquisition_expiry(),
-            self.grantor.lazy_acks.next_due(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.timers.next_timeout()
     }
 
     /// Brings the timer table up to date with the sub-machines' deadlines (the lease check

@@ -36,7 +36,7 @@ impl Endpoint {
 
     /// Opens the named lock service `name` on this member (if it does not run it already):
     /// an independent namespace of locks with its own grantor (the view's coordinator unless
-    /// transferred), reconciliation, table and notices ([`EndpointEvent::ServiceLock`]). A
+    /// transferred), reconciliation, table and notices ([`EndpointEvent::ServiceLock`](super::EndpointEvent::ServiceLock)). A
     /// member also runs a service once another member's message for it arrives, so the
     /// service's grantor need not open it. Under `Majority` it grants under the member's
     /// one term, so a service opened at a serving coordinator serves after one reconciliation.

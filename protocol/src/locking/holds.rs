@@ -68,7 +68,7 @@ impl LockService {
     }
 
     /// How many holds of this member were lost because their own lease
-    /// ([`LockRequest::lease`]) ran out.
+    /// ([`LockRequest::lease`](super::LockRequest::lease)) ran out.
     pub fn leases_expired(&self) -> u64 {
         self.acquisition_leases_expired
     }

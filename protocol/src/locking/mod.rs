@@ -162,7 +162,7 @@ impl LockService {
     ///
     /// With [`LockRequest::lease`] `d`, the grantor frees the lock `d` after it grants it on
     /// its clock, and this member reports the hold [`LockNotice::Lost`]
-    /// ([`LockLostReason::LeaseExpired`]) strictly before that: at `s + d × lease / (lease +
+    /// ([`LockLostReason::LeaseExpired`](conclave_lock_api::LockLostReason::LeaseExpired)) strictly before that: at `s + d × lease / (lease +
     /// lease_margin)` on its own clock, where `s` is when it sent the newest message the
     /// grantor had received when it granted (while the request waits, renewals every
     /// `suspend_after / 2` keep `s` recent). Only clock *rates* matter, within the margin of

@@ -87,7 +87,7 @@ impl LockService {
     /// askers the last one wins. The wish outlives view changes: a view change falls back to
     /// the new coordinator's reconciliation, and this member asks the new grantor again, until
     /// another member takes the role by asking for it. Done once
-    /// [`LockService::serving_grantor`] is this member ([`LockNotice::GrantorServing`]).
+    /// [`LockService::serving_grantor`] is this member ([`LockNotice::GrantorServing`](super::LockNotice::GrantorServing)).
     ///
     /// # Errors
     /// [`TransferRefused::Majority`] under `Majority`.

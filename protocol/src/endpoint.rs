@@ -6,170 +6,29 @@
 //! the simulator drive exactly this type.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
     self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, SharedSetting,
-    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{MemberId, RequestId, ServiceName, View};
 use tracing::{debug, trace, warn};
 
-use crate::gms::{
-    Founding, Gms, GmsConfig, GmsEvent, GmsOutput, GmsStats, JoinProblem, MembershipState,
-    ViewOrigin,
-};
+use crate::gms::{Founding, Gms, GmsEvent, GmsOutput, MembershipState};
 use crate::locking::{
-    service_index, Authority, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockNotice,
-    LockRequest, LockService, NotHeld,
+    Authority, CacheStats, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockRequest,
+    LockService, NotHeld,
 };
-use crate::reliable::{self, Reliable};
+use crate::reliable::Reliable;
 use crate::time::Instant;
 
-/// The configuration of every layer of an [`Endpoint`].
-#[derive(Clone, Debug, Default)]
-pub struct EndpointConfig {
-    /// Membership timing.
-    pub gms: GmsConfig,
-    /// Reliable delivery: windows, retransmission, memory bounds.
-    pub reliable: reliable::Config,
-    /// Locking: partition policy, reconciliation, leases.
-    pub locks: LockConfig,
-}
+mod services;
+mod types;
 
-impl EndpointConfig {
-    /// Fast timings for tests on one host (see [`GmsConfig::local`]).
-    pub fn local() -> Self {
-        Self {
-            gms: GmsConfig::local(),
-            reliable: reliable::Config::default(),
-            locks: LockConfig::local(),
-        }
-    }
-}
-
-/// The most named lock services one member runs (opened here or by messages of other members).
-/// Messages for a further service are dropped.
-pub const MAX_SERVICES: usize = 256;
-
-/// [`Endpoint::open_service`]: the member already runs [`MAX_SERVICES`] named services.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("this member already runs the most named lock services ({MAX_SERVICES})")]
-pub struct TooManyServices;
-
-/// [`Endpoint::become_grantor_in`] was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServiceTransferError {
-    /// The service is not open and cannot be opened.
-    #[error(transparent)]
-    TooManyServices(#[from] TooManyServices),
-    /// The transfer itself was refused.
-    #[error(transparent)]
-    Refused(#[from] crate::locking::TransferRefused),
-}
-
-/// Where a datagram goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Destination {
-    /// One member, at its transport address.
-    Member(SocketAddr),
-    /// The discovery channel (multicast group or seed list).
-    Discovery,
-}
-
-/// A datagram to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transmit {
-    /// Where to.
-    pub destination: Destination,
-    /// The encoded datagram, header included.
-    pub bytes: Vec<u8>,
-}
-
-/// Something the application should know about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EndpointEvent {
-    /// A new view was installed at this member.
-    ViewInstalled {
-        /// The view.
-        view: View,
-        /// How it came to be.
-        origin: ViewOrigin,
-    },
-    /// This member has left the cluster.
-    Left,
-    /// This joiner cannot join (yet): nobody answered and it may not found a cluster alone, or
-    /// a coordinator refused it for a setting. It keeps looking.
-    JoinProblem(JoinProblem),
-    /// A lock request was answered or a held lock changed, in the default lock service.
-    Lock(LockNotice),
-    /// The same, in a named lock service.
-    ServiceLock {
-        /// The service.
-        service: ServiceName,
-        /// What happened.
-        notice: LockNotice,
-    },
-}
-
-/// The settings of `config` that every member of a cluster must share, by name and value:
-/// `protocol_version`, `partition_policy` (with the cluster size under `Majority`), `lease`,
-/// and under `Majority` also `lease_margin` and `support_lease`, which its mutual exclusion
-/// rests on. A coordinator refuses a joiner, and does not merge with a view, whose value of
-/// one of them differs (the timings of membership and caching may differ between members).
-///
-/// ```
-/// use conclave_protocol::locking::{LockConfig, PartitionPolicy};
-///
-/// let config = LockConfig { policy: PartitionPolicy::Majority { cluster_size: 3 }, ..LockConfig::default() };
-/// let settings = conclave_protocol::shared_settings(&config);
-/// let policy = settings.iter().find(|s| s.name == "partition_policy").unwrap();
-/// assert_eq!(policy.value, "Majority { cluster_size: 3 }");
-/// ```
-pub fn shared_settings(config: &LockConfig) -> Vec<SharedSetting> {
-    let setting = |name: &str, value: String| SharedSetting {
-        name: name.to_owned(),
-        value,
-    };
-    let mut settings = vec![
-        setting("protocol_version", PROTOCOL_VERSION.to_string()),
-        setting("partition_policy", format!("{:?}", config.policy)),
-        setting("lease", format!("{:?}", config.lease)),
-    ];
-    if config.policy.is_majority() {
-        settings.push(setting(
-            "lease_margin",
-            format!("{:?}", config.lease_margin),
-        ));
-        settings.push(setting(
-            "support_lease",
-            format!("{:?}", config.support_lease),
-        ));
-    }
-    settings
-}
-
-/// Counters of the endpoint and its layers.
-#[derive(Clone, Debug, Default)]
-pub struct EndpointStats {
-    /// Membership counters.
-    pub gms: GmsStats,
-    /// Reliable-delivery counters.
-    pub reliable: reliable::Stats,
-    /// Grantor counters.
-    pub grantor: GrantorStats,
-    /// Node-level caching counters.
-    pub cache: crate::locking::CacheStats,
-    /// Holds of this member lost because their own lease (`lock_with_lease`) ran out.
-    pub leases_expired: u64,
-    /// Datagrams dropped because they belong to another cluster.
-    pub dropped_foreign: u64,
-    /// Datagrams dropped because of an unsupported protocol version.
-    pub dropped_version: u64,
-    /// Datagrams or messages dropped as malformed (bad magic, truncated, bad CBOR, too large).
-    pub dropped_malformed: u64,
-}
+pub use types::{
+    shared_settings, Destination, EndpointConfig, EndpointEvent, EndpointStats,
+    ServiceTransferError, TooManyServices, Transmit, MAX_SERVICES,
+};
 
 /// One member's whole protocol stack on the wire: it decodes and validates every datagram,
 /// feeds discovery and heartbeats to [`Gms`], data segments and acks to [`Reliable`], delivered
@@ -348,10 +207,10 @@ impl Endpoint {
 
     /// Counters of every layer; the lock counters add up every lock service of the member.
     pub fn stats(&self) -> EndpointStats {
-        let mut grantor = self.locks.grantor_stats();
-        let mut cache = self.locks.cache_stats();
-        let mut leases_expired = self.locks.leases_expired();
-        for service in self.services.values() {
+        let mut grantor = GrantorStats::default();
+        let mut cache = CacheStats::default();
+        let mut leases_expired = 0;
+        for service in self.all_services() {
             grantor += service.grantor_stats();
             cache += service.cache_stats();
             leases_expired += service.leases_expired();
@@ -388,145 +247,9 @@ impl Endpoint {
     #[cfg(feature = "sim")]
     pub fn set_lock_sabotage(&mut self, sabotage: crate::locking::LockSabotage) {
         self.lock_sabotage = sabotage;
-        self.locks.set_sabotage(sabotage);
-        for service in self.services.values_mut() {
+        for service in self.all_services_mut() {
             service.set_sabotage(sabotage);
         }
-    }
-
-    /// A named lock service, if this member runs it.
-    pub fn service(&self, name: &ServiceName) -> Option<&LockService> {
-        self.services.get(name)
-    }
-
-    /// A named lock service, to break it on purpose or read its grant log in simulator tests.
-    #[cfg(feature = "sim")]
-    pub fn service_mut(&mut self, name: &ServiceName) -> Option<&mut LockService> {
-        self.services.get_mut(name)
-    }
-
-    /// The named lock services this member runs, by name.
-    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &LockService)> {
-        self.services.iter()
-    }
-
-    /// Opens the named lock service `name` on this member (if it does not run it already):
-    /// an independent namespace of locks with its own grantor (the view's coordinator unless
-    /// transferred), reconciliation, table and notices ([`EndpointEvent::ServiceLock`]). A
-    /// member also runs a service once another member's message for it arrives, so the
-    /// service's grantor need not open it. Under `Majority` it grants under the member's
-    /// one term, so a service opened at a serving coordinator serves after one reconciliation.
-    ///
-    /// # Errors
-    /// [`TooManyServices`] if the member runs [`MAX_SERVICES`] named services already.
-    pub fn open_service(
-        &mut self,
-        now: Instant,
-        name: &ServiceName,
-    ) -> Result<(), TooManyServices> {
-        self.open_service_quietly(now, name)?;
-        self.pump(now);
-        Ok(())
-    }
-
-    /// [`Endpoint::open_service`] without moving outputs (the caller pumps).
-    fn open_service_quietly(
-        &mut self,
-        now: Instant,
-        name: &ServiceName,
-    ) -> Result<(), TooManyServices> {
-        if self.services.contains_key(name) {
-            return Ok(());
-        }
-        if self.services.len() >= MAX_SERVICES {
-            return Err(TooManyServices);
-        }
-        let index = self
-            .service_names
-            .keys()
-            .next_back()
-            .map_or(1, |last| last + 1);
-        let mut service =
-            LockService::for_service(self.local.clone(), self.lock_config.clone(), index);
-        if let Some(term) = self.restored_term {
-            service.restore_term(term);
-        }
-        #[cfg(feature = "sim")]
-        service.set_sabotage(self.lock_sabotage);
-        if let Some(view) = self.gms.view().cloned() {
-            let authority = self.locks.authority(now);
-            service.lend_authority(now, authority, true);
-            service.observe_epoch(now, self.gms.max_epoch_seen());
-            service.handle_view(now, &view, ViewOrigin::Changed);
-            service.inherit_minority_since(&self.locks);
-        }
-        self.services.insert(name.clone(), service);
-        self.service_names.insert(index, name.clone());
-        Ok(())
-    }
-
-    /// Destroys the named service `name` on this member: its held locks are released at the
-    /// grantor and reported lost ([`LockLostReason::ServiceDestroyed`]), its pending requests
-    /// withdrawn and refused ([`Refusal::Destroyed`]). The member keeps its part in the
-    /// service for the others (its grant role, if it has it, and its lock reports).
-    ///
-    /// [`LockLostReason::ServiceDestroyed`]: conclave_lock_api::LockLostReason::ServiceDestroyed
-    /// [`Refusal::Destroyed`]: crate::locking::Refusal::Destroyed
-    pub fn destroy_service(&mut self, now: Instant, name: &ServiceName) {
-        if let Some(service) = self.services.get_mut(name) {
-            service.destroy(now);
-            self.pump(now);
-        }
-    }
-
-    /// The lock service a request id or table query belongs to: `Some(name)` for a named
-    /// one, `None` for the default service (or an id of no service of this member).
-    pub fn service_of(&self, id: u64) -> Option<&ServiceName> {
-        self.service_names.get(&service_index(id))
-    }
-
-    /// The lock service `service` names (`None`: the default one), with the member's right to
-    /// grant lent to it as of `now` (`Majority`). `None` if the member does not run it.
-    fn service_at(
-        &mut self,
-        now: Instant,
-        service: Option<&ServiceName>,
-    ) -> Option<&mut LockService> {
-        match service {
-            None => Some(&mut self.locks),
-            Some(name) => {
-                let service = self.services.get_mut(name)?;
-                if self.lock_config.policy.is_majority() {
-                    let authority = self.locks.authority(now);
-                    service.lend_authority(now, authority, false);
-                }
-                Some(service)
-            }
-        }
-    }
-
-    /// The named service `service`, opened if this member does not run it yet (the caller
-    /// pumps once, after its call into the service), with its authority as of `now`.
-    fn opened(
-        &mut self,
-        now: Instant,
-        service: &ServiceName,
-    ) -> Result<&mut LockService, TooManyServices> {
-        self.open_service_quietly(now, service)?;
-        self.service_at(now, Some(service)).ok_or(TooManyServices)
-    }
-
-    /// The lock service a request id belongs to, with its authority as of `now`.
-    fn service_for(&mut self, now: Instant, id: u64) -> Option<&mut LockService> {
-        let name = self.service_of(id).cloned();
-        self.service_at(now, name.as_ref())
-    }
-
-    /// The lock service a request id belongs to, read-only.
-    fn service_ref(&self, id: u64) -> &LockService {
-        self.service_of(id)
-            .and_then(|name| self.services.get(name))
-            .unwrap_or(&self.locks)
     }
 
     /// Asks for a lock; the answer comes as [`EndpointEvent::Lock`]. See [`LockService::lock`].
@@ -700,8 +423,7 @@ impl Endpoint {
     /// same streams), so the successor serves at once. Keep driving until
     /// [`Endpoint::is_drained`].
     pub fn leave(&mut self, now: Instant) {
-        self.locks.shutdown(now);
-        for service in self.services.values_mut() {
+        for service in self.all_services_mut() {
             service.shutdown(now);
         }
         self.pump(now);
@@ -709,8 +431,7 @@ impl Endpoint {
         // The view goes out first: the handoffs must reach the successor after it.
         self.pump(now);
         let next = self.gms.handover().cloned();
-        self.locks.leave(now, next.as_ref());
-        for service in self.services.values_mut() {
+        for service in self.all_services_mut() {
             service.leave(now, next.as_ref());
         }
         self.pump(now);
@@ -735,8 +456,7 @@ impl Endpoint {
                 coordinator,
                 lease,
             } => {
-                self.locks.note_alive(now, &sender);
-                for service in self.services.values_mut() {
+                for service in self.all_services_mut() {
                     service.note_alive(now, &sender);
                 }
                 self.gms
@@ -810,8 +530,7 @@ impl Endpoint {
     /// from the stable storage [`Endpoint::poll_durable_term`] fills). Call it after
     /// [`Endpoint::new`], before [`Endpoint::join`].
     pub fn restore_term(&mut self, term: u64) {
-        self.locks.restore_term(term);
-        for service in self.services.values_mut() {
+        for service in self.all_services_mut() {
             service.restore_term(term);
         }
         self.restored_term = Some(self.restored_term.unwrap_or(0).max(term));
@@ -838,11 +557,10 @@ impl Endpoint {
         [
             self.gms.poll_timeout(),
             self.reliable.poll_timeout(),
-            self.locks.poll_timeout(),
             self.departed.values().min().copied(),
         ]
         .into_iter()
-        .chain(self.services.values().map(LockService::poll_timeout))
+        .chain(self.all_services().map(LockService::poll_timeout))
         .flatten()
         .min()
     }
@@ -853,16 +571,15 @@ impl Endpoint {
             let mut progressed = false;
             // Under `Available` a grantor whose tokens ran out for its epoch grants again only
             // in a view with a higher one: as coordinator, install the same members again.
-            let wanted = std::iter::once(self.locks.needs_new_view())
-                .chain(self.services.values().map(LockService::needs_new_view))
-                .flatten()
+            let wanted = self
+                .all_services()
+                .filter_map(LockService::needs_new_view)
                 .max();
             if let Some(at_least) = wanted {
                 self.gms.renew_view(now, at_least);
             }
             let max_epoch = self.gms.max_epoch_seen();
-            self.locks.observe_epoch(now, max_epoch);
-            for service in self.services.values_mut() {
+            for service in self.all_services_mut() {
                 service.observe_epoch(now, max_epoch);
             }
             while let Some(output) = self.gms.poll_output() {

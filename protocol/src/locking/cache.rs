@@ -24,7 +24,8 @@ use std::time::Duration;
 use conclave_lock_api::wire::{NODE_GRANT_TOKENS, NODE_OWNER};
 use conclave_lock_api::{FencingToken, LockLostReason, LockMode, LockName, RequestId};
 
-use super::{HoldInfo, LockNotice, LockRequest, LockService, Refusal};
+use super::types::{HoldInfo, LockNotice, LockRequest, Refusal};
+use super::LockService;
 use crate::time::Instant;
 
 /// Settings of node-level caching. Off by default.

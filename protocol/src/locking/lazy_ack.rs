@@ -27,7 +27,7 @@ use std::time::Duration;
 use conclave_lock_api::wire::LockMessage;
 use conclave_lock_api::{MemberId, RequestId, View};
 
-use super::Outbox;
+use super::types::Outbox;
 use crate::time::Instant;
 
 /// The longest the grantor holds back the acknowledgement of a lazy release.

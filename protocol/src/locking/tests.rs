@@ -3,8 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::*;
+use conclave_lock_api::wire::LeaseBeat;
+use conclave_lock_api::{FencingToken, LockLostReason, LockMode, LockName, OwnerId};
 
+use super::*;
+use crate::gms::ViewOrigin;
 use crate::test_support::member;
 
 fn lock_name(s: &str) -> LockName {

@@ -147,7 +147,7 @@ fn majority_a_used_up_term_gives_way_to_a_new_term() {
     assert_eq!(term, t0.epoch());
     let r = c.lock(3, 1, "x", LockMode::Exclusive, true);
     let token = granted_within(&mut c, 3, r);
-    let now_term = c.node(1).term.as_ref().map(|t| t.term);
+    let now_term = c.node(1).majority.term.as_ref().map(|t| t.term);
     assert!(
         token.epoch() > term && Some(token.epoch()) == now_term,
         "token {token} (term {term} used up) is of the grantor's new term {now_term:?}"

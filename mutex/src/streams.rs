@@ -8,7 +8,7 @@ use conclave_lock_api::{LockEvent, View};
 use futures::stream::BoxStream;
 use futures::Stream;
 
-/// A stream of views; see [`Node::views`].
+/// A stream of views; see [`Node::views`](crate::Node::views).
 pub struct Views {
     stream: BoxStream<'static, View>,
 }
@@ -33,7 +33,7 @@ impl Stream for Views {
     }
 }
 
-/// A stream of lock events; see [`Node::lock_events`] and [`crate::LockService::lock_events`].
+/// A stream of lock events; see [`Node::lock_events`](crate::Node::lock_events) and [`crate::LockService::lock_events`].
 pub struct LockEvents {
     stream: BoxStream<'static, LockEvent>,
 }

@@ -14,7 +14,6 @@
 //! a thread hop.
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,14 +50,6 @@ impl fmt::Debug for GroupBackend {
             .field("member", &self.inner.member)
             .field("service", &self.service.as_ref().map(|s| &s.name))
             .finish()
-    }
-}
-
-impl Deref for GroupBackend {
-    type Target = Inner;
-
-    fn deref(&self) -> &Inner {
-        &self.inner
     }
 }
 
@@ -101,74 +92,42 @@ impl GroupBackend {
     /// Destroys this named service on this member (see [`LockBackend::service`]).
     fn destroy(&self, service: &Service) {
         let effects = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             let Ok(front) = self.front(&mut shared) else {
                 return;
             };
             front.destroyed = true;
-            let now = self.now();
+            let now = self.inner.now();
             shared.endpoint.destroy_service(now, &service.name);
             let effects = shared.settle(now);
             // The losses were told; the service's event streams end here.
             shared.front_mut(Some(&service.name)).close();
             effects
         };
-        self.flush(effects);
-    }
-}
-
-/// The most datagrams a spinning wait handles in one poll before it yields.
-const PUMP_LIMIT: usize = 64;
-
-/// Whether a wait still busy-polls (until `until`). A spinning wait asks to be polled again
-/// at once, so its task yields to the executor between polls.
-fn spinning(until: Option<std::time::Instant>) -> bool {
-    until.is_some_and(|until| std::time::Instant::now() < until)
-}
-
-impl Inner {
-    /// Spins for the answer to `request` if its wait still may: reads the transport if it
-    /// can, else asks to be polled again. Returns `Some` with the poll's answer while
-    /// spinning, `None` once the wait should sleep; `pumped` counts datagrams read so far.
-    fn spin(
-        &self,
-        request: RequestId,
-        until: Option<std::time::Instant>,
-        pumped: &mut usize,
-        cx: &mut Context<'_>,
-    ) -> Option<bool> {
-        if !spinning(until) {
-            return None;
-        }
-        if *pumped < PUMP_LIMIT && until.is_some_and(|until| self.receive_inline(request, until)) {
-            *pumped += 1;
-            return Some(true); // look again
-        }
-        cx.waker().wake_by_ref();
-        Some(false)
+        self.inner.flush(effects);
     }
 }
 
 impl LockBackend for GroupBackend {
     fn member(&self) -> &MemberId {
-        &self.member
+        &self.inner.member
     }
 
     fn new_owner(&self) -> u64 {
-        self.next_owner()
+        self.inner.next_owner()
     }
 
     fn created(&self, name: &LockName) {
-        if let Some(front) = self.own_front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.inner.lock()) {
             front.emit(LockEvent::Created { name: name.clone() });
         }
     }
 
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
         let (id, effects) = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             self.front(&mut shared)?;
-            let now = self.now();
+            let now = self.inner.now();
             let id = shared.register(
                 now,
                 self.name(),
@@ -185,7 +144,7 @@ impl LockBackend for GroupBackend {
             shared.start_spin(id, self.name());
             (id, effects)
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         Ok(id)
     }
 
@@ -196,10 +155,10 @@ impl LockBackend for GroupBackend {
     ) -> Poll<Result<FencingToken, LockError>> {
         let mut pumped = 0;
         loop {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             let Some(slot) = shared.slots.get_mut(&request) else {
                 drop(shared);
-                self.duty.release(request);
+                self.inner.duty.release(request);
                 return Poll::Ready(Err(LockError::Shutdown));
             };
             let answer = match &slot.outcome {
@@ -208,12 +167,12 @@ impl LockBackend for GroupBackend {
                 None => {
                     let until = slot.spin_until;
                     drop(shared);
-                    match self.spin(request, until, &mut pumped, cx) {
+                    match self.inner.spin(request, until, &mut pumped, cx) {
                         Some(true) => continue,
                         Some(false) => return Poll::Pending,
                         None => {}
                     }
-                    let mut shared = self.lock();
+                    let mut shared = self.inner.lock();
                     let Some(slot) = shared.slots.get_mut(&request) else {
                         continue;
                     };
@@ -223,7 +182,7 @@ impl LockBackend for GroupBackend {
                     slot.spin_until = None;
                     slot.register(cx.waker());
                     drop(shared);
-                    self.duty.release(request);
+                    self.inner.duty.release(request);
                     return Poll::Pending;
                 }
             };
@@ -231,29 +190,29 @@ impl LockBackend for GroupBackend {
                 shared.slots.remove(&request);
             }
             drop(shared);
-            self.duty.release(request);
+            self.inner.duty.release(request);
             return Poll::Ready(answer);
         }
     }
 
     fn cancel(&self, request: RequestId) {
-        self.duty.release(request);
+        self.inner.duty.release(request);
         let effects = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             if !shared.slots.contains_key(&request) {
                 return;
             }
-            let now = self.now();
+            let now = self.inner.now();
             shared.withdraw(now, request);
             shared.settle(now)
         };
-        self.flush(effects);
+        self.inner.flush(effects);
     }
 
     fn release(&self, request: RequestId) -> Result<(), UnlockError> {
         let (result, effects) = {
-            let mut shared = self.lock();
-            let now = self.now();
+            let mut shared = self.inner.lock();
+            let now = self.inner.now();
             let lost = shared.slots.get(&request).and_then(|s| s.lost);
             let result = match (lost, shared.endpoint.unlock(now, request)) {
                 (Some(reason), _) => Err(UnlockError::Lost(reason)),
@@ -275,17 +234,17 @@ impl LockBackend for GroupBackend {
             shared.start_release_spin(request);
             (result, effects)
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         result
     }
 
     fn extend_lease(&self, request: RequestId, lease: Duration) -> Result<(), UnlockError> {
         let (result, effects) = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             if shared.phase != Phase::Running {
                 return Err(UnlockError::Shutdown);
             }
-            let now = self.now();
+            let now = self.inner.now();
             let lost = shared.slots.get(&request).and_then(|s| s.lost);
             let result = match (lost, shared.endpoint.extend_lease(now, request, lease)) {
                 (Some(reason), _) => Err(UnlockError::Lost(reason)),
@@ -294,7 +253,7 @@ impl LockBackend for GroupBackend {
             };
             (result, shared.settle(now))
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         result
     }
 
@@ -305,7 +264,7 @@ impl LockBackend for GroupBackend {
     ) -> Poll<Result<(), UnlockError>> {
         let mut pumped = 0;
         loop {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             let closed = shared.phase == Phase::Closed;
             let hopeless = shared.in_minority();
             let answer = match shared.slots.get_mut(&request) {
@@ -316,12 +275,12 @@ impl LockBackend for GroupBackend {
                 Some(_) if !closed => {
                     let until = shared.slots.get(&request).and_then(|s| s.spin_until);
                     drop(shared);
-                    match self.spin(request, until, &mut pumped, cx) {
+                    match self.inner.spin(request, until, &mut pumped, cx) {
                         Some(true) => continue,
                         Some(false) => return Poll::Pending,
                         None => {}
                     }
-                    let mut shared = self.lock();
+                    let mut shared = self.inner.lock();
                     match shared.slots.get_mut(&request) {
                         Some(slot) if !slot.released => {
                             slot.spin_until = None;
@@ -330,14 +289,14 @@ impl LockBackend for GroupBackend {
                         _ => continue,
                     }
                     drop(shared);
-                    self.duty.release(request);
+                    self.inner.duty.release(request);
                     return Poll::Pending;
                 }
                 _ => Err(UnlockError::Shutdown),
             };
             shared.slots.remove(&request);
             drop(shared);
-            self.duty.release(request);
+            self.inner.duty.release(request);
             return Poll::Ready(answer);
         }
     }
@@ -347,7 +306,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn status(&self, request: RequestId) -> LockStatus {
-        let shared = self.lock();
+        let shared = self.inner.lock();
         if shared.phase != Phase::Running
             || shared
                 .slots
@@ -356,7 +315,7 @@ impl LockBackend for GroupBackend {
         {
             return LockStatus::Lost;
         }
-        match shared.endpoint.lock_status(self.now(), request) {
+        match shared.endpoint.lock_status(self.inner.now(), request) {
             Some(HoldStatus::Held) => LockStatus::Held,
             Some(HoldStatus::Suspended) => LockStatus::Suspended,
             Some(HoldStatus::Lost) | None => LockStatus::Lost,
@@ -367,7 +326,7 @@ impl LockBackend for GroupBackend {
         if self.status(request) != LockStatus::Lost {
             return None;
         }
-        let shared = self.lock();
+        let shared = self.inner.lock();
         let slot = shared.slots.get(&request)?;
         match slot.lost {
             Some(reason) => Some(reason),
@@ -379,7 +338,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn poll_lost(&self, request: RequestId, cx: &mut Context<'_>) -> Poll<LockLostReason> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         let closed = shared.phase == Phase::Closed;
         match shared.slots.get_mut(&request) {
             Some(slot) => match slot.lost {
@@ -398,7 +357,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn view(&self) -> Option<View> {
-        let shared = self.lock();
+        let shared = self.inner.lock();
         if shared.phase == Phase::Running {
             shared.view.clone()
         } else {
@@ -407,12 +366,12 @@ impl LockBackend for GroupBackend {
     }
 
     fn serving_grantor(&self) -> Option<MemberId> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         self.front(&mut shared).ok()?.serving_grantor.clone()
     }
 
     fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         let Ok(front) = self.front(&mut shared) else {
             return Poll::Ready(None);
         };
@@ -427,9 +386,9 @@ impl LockBackend for GroupBackend {
 
     fn become_grantor(&self) -> Result<(), LockError> {
         let effects = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             self.front(&mut shared)?;
-            let now = self.now();
+            let now = self.inner.now();
             let asked = match self.name() {
                 None => shared.endpoint.become_grantor(now).map_err(Into::into),
                 Some(name) => shared.endpoint.become_grantor_in(now, name),
@@ -440,12 +399,12 @@ impl LockBackend for GroupBackend {
             })?;
             shared.settle(now)
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         Ok(())
     }
 
     fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         let local = shared.endpoint.local().clone();
         let front = match self.front(&mut shared) {
             Ok(front) => front,
@@ -462,9 +421,9 @@ impl LockBackend for GroupBackend {
 
     fn request_table(&self) -> Result<u64, LockError> {
         let (query, effects) = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             self.front(&mut shared)?;
-            let now = self.now();
+            let now = self.inner.now();
             // Registered before the endpoint can answer (it answers at once when this member
             // is the grantor).
             let locks = match self.name() {
@@ -483,7 +442,7 @@ impl LockBackend for GroupBackend {
             }
             (query, shared.settle(now))
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         Ok(query)
     }
 
@@ -492,7 +451,7 @@ impl LockBackend for GroupBackend {
         query: u64,
         cx: &mut Context<'_>,
     ) -> Poll<Result<GrantorTable, LockError>> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         let Some(waiting) = shared.tables.get_mut(&query) else {
             return Poll::Ready(Err(LockError::Shutdown));
         };
@@ -507,15 +466,15 @@ impl LockBackend for GroupBackend {
     }
 
     fn cancel_table(&self, query: u64) {
-        self.lock().tables.remove(&query);
+        self.inner.lock().tables.remove(&query);
     }
 
     fn views(&self) -> BoxStream<'static, View> {
-        Box::pin(self.lock().subscribe_views())
+        Box::pin(self.inner.lock().subscribe_views())
     }
 
     fn events(&self) -> BoxStream<'static, LockEvent> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         let closed = shared.phase == Phase::Closed;
         let events = match self.own_front(&mut shared) {
             Some(front) if !closed => front.subscribe(false),
@@ -525,23 +484,23 @@ impl LockBackend for GroupBackend {
     }
 
     fn on_lock_lost(&self, handler: LostHandler) {
-        if let Some(front) = self.own_front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.inner.lock()) {
             front.handlers.push(handler);
         }
     }
 
     fn on_unexpected_lock(&self, handler: UnexpectedHandler) {
-        if let Some(front) = self.own_front(&mut self.lock()) {
+        if let Some(front) = self.own_front(&mut self.inner.lock()) {
             front.unexpected_handlers.push(handler);
         }
     }
 
     fn holds(&self) -> Vec<HeldLock> {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         if self.own_front(&mut shared).is_none() {
             return Vec::new();
         }
-        let now = self.now();
+        let now = self.inner.now();
         let holds = match self.name() {
             None => shared.endpoint.holds(now),
             Some(name) => shared.endpoint.service_holds(now, name),
@@ -560,7 +519,7 @@ impl LockBackend for GroupBackend {
     }
 
     fn pending_requests(&self) -> usize {
-        let mut shared = self.lock();
+        let mut shared = self.inner.lock();
         if self.own_front(&mut shared).is_none() {
             return 0;
         }
@@ -573,7 +532,7 @@ impl LockBackend for GroupBackend {
 
     fn shutdown(&self) {
         match &self.service {
-            None => self.command(Command::Shutdown),
+            None => self.inner.command(Command::Shutdown),
             Some(service) => self.destroy(service),
         }
     }
@@ -581,7 +540,7 @@ impl LockBackend for GroupBackend {
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
         if let Some(service) = &self.service {
             // Destroyed once this opening is over and the grantor has every release.
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             if shared.phase == Phase::Closed {
                 return Poll::Ready(());
             }
@@ -603,7 +562,7 @@ impl LockBackend for GroupBackend {
         {
             // Register under the state lock: the driver marks the node closed under it and
             // wakes after, so the wake-up cannot slip between check and register.
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             if shared.phase != Phase::Closed {
                 if !shared.closed_wakers.iter().any(|w| w.will_wake(cx.waker())) {
                     shared.closed_wakers.push(cx.waker().clone());
@@ -612,6 +571,7 @@ impl LockBackend for GroupBackend {
             }
         }
         let thread = self
+            .inner
             .thread
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -619,7 +579,7 @@ impl LockBackend for GroupBackend {
         if let Some(thread) = thread {
             // Dropped by a handler running on the driver thread itself: nothing to wait for.
             if thread.thread().id() != std::thread::current().id() && thread.join().is_err() {
-                tracing::error!(member = %self.member, "driver thread panicked");
+                tracing::error!(member = %self.inner.member, "driver thread panicked");
             }
         }
         Poll::Ready(())
@@ -627,11 +587,11 @@ impl LockBackend for GroupBackend {
 
     fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
         let (generation, effects) = {
-            let mut shared = self.lock();
+            let mut shared = self.inner.lock();
             if shared.phase != Phase::Running {
                 return Err(LockError::Shutdown);
             }
-            let now = self.now();
+            let now = self.inner.now();
             shared
                 .endpoint
                 .open_service(now, name)
@@ -643,7 +603,7 @@ impl LockBackend for GroupBackend {
             let generation = front.generation;
             (generation, shared.settle(now))
         };
-        self.flush(effects);
+        self.inner.flush(effects);
         Ok(Arc::new(GroupBackend {
             inner: self.inner.clone(),
             service: Some(Service {

@@ -86,10 +86,12 @@
 //! and makes a minority's holders give their locks up. Fencing tokens strictly increase per
 //! lock across grantor changes: pass them to the resource you protect.
 
+mod builder;
 mod contention;
 mod driver;
 mod durable;
 mod duty;
+mod effects;
 mod error;
 pub mod faults;
 mod front;
@@ -97,6 +99,9 @@ pub mod futures;
 mod group;
 mod handles;
 mod hold;
+mod incarnation;
+mod inner;
+mod join;
 pub mod local;
 pub mod memory;
 #[cfg(feature = "metrics")]
@@ -107,8 +112,10 @@ mod reentrant;
 mod rwlock;
 mod service;
 mod shared;
+mod slot;
 mod spin;
 pub mod stats;
+mod streams;
 
 /// The repository's documents (`docs/*.md`): the user guide, the design, the protocol and the
 /// benchmarks, rendered by rustdoc so that `cargo doc` checks their links to the API. The

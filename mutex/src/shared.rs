@@ -9,45 +9,25 @@
 //! caller's own thread.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
-use std::thread::JoinHandle;
 
 use async_channel::Sender;
 use conclave_lock_api::{
-    FencingToken, GrantorTable, LockError, LockEvent, LockLost, LockLostReason, LockMode, LockName,
-    LostHandler, MemberId, OwnerId, RequestId, ServiceName, Transport, UnexpectedGrant,
-    UnexpectedHandler, UnexpectedLock, View,
+    FencingToken, LockError, LockEvent, LockLost, LockLostReason, OwnerId, RequestId, ServiceName,
+    UnexpectedGrant, UnexpectedLock, View,
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
-use conclave_protocol::{Destination, Endpoint, EndpointEvent, Instant, Transmit};
-use event_listener::Event;
+use conclave_protocol::{Endpoint, EndpointEvent, Instant};
 use tracing::{debug, warn};
 
 use crate::contention::Contention;
 use crate::durable::TermFile;
-use crate::duty::ReceiveDuty;
 use crate::front::Front;
 use crate::spin::SpinBudget;
 
-/// What the driver thread is asked to do.
-pub(crate) enum Command {
-    /// Something changed in the endpoint (a new timer, queued datagrams): look again.
-    Flush,
-    /// Release everything, leave the cluster and stop.
-    Shutdown,
-}
-
-impl fmt::Debug for Command {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Command::Flush => "Flush",
-            Command::Shutdown => "Shutdown",
-        })
-    }
-}
+pub(crate) use crate::effects::Effects;
+pub(crate) use crate::inner::{Command, Inner};
+pub(crate) use crate::slot::{Slot, TableQuery};
 
 /// Where a node is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,253 +38,6 @@ pub(crate) enum Phase {
     Closing,
     /// The driver thread has stopped.
     Closed,
-}
-
-/// Everything of a node that lives behind an `Arc`: shared by the [`crate::Node`], every
-/// handle and guard, and the driver thread.
-pub(crate) struct Inner {
-    shared: Mutex<Shared>,
-    pub(crate) commands: Sender<Command>,
-    pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) member: MemberId,
-    origin: std::time::Instant,
-    /// Who reads a blocking transport: the driver or a spinning task.
-    pub(crate) duty: ReceiveDuty,
-    /// Notified when a view is installed and when the node closes.
-    pub(crate) changed: Event,
-    /// The driver thread, joined once the node has closed.
-    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
-    /// The last local owner number handed out ([`Inner::next_owner`]).
-    owners: AtomicU64,
-    /// How long a wait for the cluster's answer lasts at most
-    /// ([`conclave_lock_api::LockBackend::answer_bound`]).
-    pub(crate) answer_bound: std::time::Duration,
-}
-
-impl fmt::Debug for Inner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node")
-            .field("member", &self.member)
-            .finish()
-    }
-}
-
-impl Inner {
-    pub(crate) fn new(
-        endpoint: Endpoint,
-        transport: Arc<dyn Transport>,
-        commands: Sender<Command>,
-        spin_wait: std::time::Duration,
-        answer_bound: std::time::Duration,
-    ) -> Self {
-        Self {
-            member: endpoint.local().clone(),
-            shared: Mutex::new(Shared::new(endpoint, spin_wait)),
-            commands,
-            transport,
-            origin: std::time::Instant::now(),
-            duty: ReceiveDuty::default(),
-            changed: Event::new(),
-            thread: Mutex::new(None),
-            owners: AtomicU64::new(0),
-            answer_bound,
-        }
-    }
-
-    /// A fresh local owner number (the first is 1), without taking the state lock.
-    pub(crate) fn next_owner(&self) -> u64 {
-        self.owners.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// The shared state. A panic while it was held (a bug) does not make it unusable: every
-    /// method leaves it consistent between calls into the endpoint.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The protocol's clock: time since the node started.
-    pub(crate) fn now(&self) -> Instant {
-        Instant::from_duration(self.origin.elapsed())
-    }
-
-    /// The protocol instant `at` on the std clock.
-    pub(crate) fn to_std(&self, at: Instant) -> std::time::Instant {
-        self.origin + std::time::Duration::from_nanos(at.as_nanos())
-    }
-
-    /// Acts on what [`Shared::settle`] returned, after the state lock is released: sends the
-    /// datagrams from this thread (sends never block: see the `Transport` send contract),
-    /// wakes the driver if its timer must be re-armed, and calls lost-lock handlers.
-    pub(crate) fn flush(&self, effects: Effects) {
-        let Effects {
-            transmits,
-            wake_driver,
-            lost,
-            unexpected,
-            node_changed,
-            wakers,
-        } = effects;
-        for transmit in transmits {
-            let result = match transmit.destination {
-                Destination::Member(addr) => self.transport.send_to(addr, &transmit.bytes),
-                Destination::Discovery => self.transport.send_discovery(&transmit.bytes),
-            };
-            if let Err(error) = result {
-                debug!(%error, "datagram not sent; the protocol will retransmit");
-            }
-        }
-        for waker in wakers {
-            waker.wake();
-        }
-        if wake_driver {
-            self.command(Command::Flush);
-        }
-        if node_changed {
-            self.changed.notify(usize::MAX);
-        }
-        for (handler, report) in unexpected {
-            let call = std::panic::AssertUnwindSafe(|| handler(&report));
-            if std::panic::catch_unwind(call).is_err() {
-                tracing::error!(lock = %report.name, "an unexpected-lock handler panicked");
-            }
-        }
-        for (handler, event) in lost {
-            // A panicking handler must not take the driver thread (and every waiter) down.
-            let call = std::panic::AssertUnwindSafe(|| handler(&event));
-            if std::panic::catch_unwind(call).is_err() {
-                tracing::error!(lock = %event.name, "a lost-lock handler panicked");
-            }
-        }
-    }
-
-    /// Gives the driver a command and wakes it: out of the reactor (the channel does that),
-    /// out of a blocking receive, or out of its standby.
-    pub(crate) fn command(&self, command: Command) {
-        if self.commands.try_send(command).is_ok() {
-            if let Some(blocking) = self.transport.blocking() {
-                blocking.interrupt();
-                self.duty.wake_driver();
-            }
-        }
-    }
-
-    /// Feeds a datagram to the endpoint and acts on what follows (a task holding the
-    /// receive duty does this on its own thread).
-    pub(crate) fn handle_datagram(&self, bytes: &[u8]) {
-        let effects = {
-            let mut shared = self.lock();
-            let now = self.now();
-            shared.endpoint.handle_datagram(now, bytes);
-            shared.settle(now)
-        };
-        self.flush(effects);
-    }
-
-    /// One step of a task spinning for the answer to `request` until `until`: takes the
-    /// receive duty if the transport has a blocking receive and no other task holds it, and
-    /// handles one waiting datagram. Returns whether it handled one.
-    pub(crate) fn receive_inline(&self, request: RequestId, until: std::time::Instant) -> bool {
-        let Some(blocking) = self.transport.blocking() else {
-            return false;
-        };
-        if !self.duty.take(request, until, std::time::Instant::now()) {
-            return false;
-        }
-        match blocking.try_recv() {
-            Ok(Some(datagram)) => {
-                self.handle_datagram(&datagram.bytes);
-                true
-            }
-            Ok(None) | Err(_) => false,
-        }
-    }
-}
-
-/// A request of the front end, from registration until its guard is gone.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    /// Woken whenever anything below changes.
-    wakers: Vec<Waker>,
-    pub(crate) name: LockName,
-    pub(crate) owner: u64,
-    pub(crate) mode: LockMode,
-    /// The answer to the request, until the future takes it.
-    pub(crate) outcome: Option<Result<FencingToken, LockError>>,
-    /// Why the lock was lost, once it was.
-    pub(crate) lost: Option<LockLostReason>,
-    /// An explicit release was started; the slot stays until it is acknowledged.
-    pub(crate) releasing: bool,
-    /// The grantor acknowledged the release.
-    pub(crate) released: bool,
-    /// Until when a wait for this slot busy-polls (see [`crate::NodeBuilder::spin_wait`]).
-    pub(crate) spin_until: Option<std::time::Instant>,
-    /// The round trip the wait is timing for [`SpinBudget`]: when its request (or release) was
-    /// sent and how long it had to spin. Cleared when the grantor queues it.
-    round_trip: Option<(std::time::Instant, std::time::Duration)>,
-    /// The grantor queued the request behind another owner.
-    queued: bool,
-    /// The request asked not to be told that it was queued (see [`crate::contention`]).
-    quiet: bool,
-}
-
-impl Slot {
-    /// Wakes every task waiting on this slot.
-    pub(crate) fn wake(&mut self) {
-        for waker in self.wakers.drain(..) {
-            waker.wake();
-        }
-    }
-
-    /// Hands the tasks waiting on this slot to `effects`, to be woken once the state lock is
-    /// released (a task woken under it would find it taken and sleep again at once).
-    fn wake_later(&mut self, effects: &mut Effects) {
-        effects.wakers.append(&mut self.wakers);
-    }
-
-    /// Has `waker` woken at the slot's next change.
-    pub(crate) fn register(&mut self, waker: &Waker) {
-        if !self.wakers.iter().any(|w| w.will_wake(waker)) {
-            self.wakers.push(waker.clone());
-        }
-    }
-}
-
-/// A table query of the front end, from request to answer.
-#[derive(Debug, Default)]
-pub(crate) struct TableQuery {
-    pub(crate) answer: Option<Result<GrantorTable, LockError>>,
-    pub(crate) wakers: Vec<Waker>,
-}
-
-/// What a call into the endpoint left to do once the state lock is released.
-#[derive(Default)]
-#[must_use]
-pub(crate) struct Effects {
-    transmits: Vec<Transmit>,
-    wake_driver: bool,
-    lost: Vec<(LostHandler, LockLost)>,
-    unexpected: Vec<(UnexpectedHandler, UnexpectedLock)>,
-    node_changed: bool,
-    /// Tasks to wake: their slots were answered.
-    wakers: Vec<Waker>,
-}
-
-impl Effects {
-    /// The same, without waking the driver (for the driver's own calls).
-    pub(crate) fn without_driver_wake(mut self) -> Self {
-        self.wake_driver = false;
-        self
-    }
-
-    /// Adds `later`'s effects after these.
-    pub(crate) fn merge(&mut self, later: Effects) {
-        self.transmits.extend(later.transmits);
-        self.wake_driver |= later.wake_driver;
-        self.lost.extend(later.lost);
-        self.unexpected.extend(later.unexpected);
-        self.node_changed |= later.node_changed;
-        self.wakers.extend(later.wakers);
-    }
 }
 
 /// The state behind the node's mutex.
@@ -339,7 +72,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(endpoint: Endpoint, spin_wait: std::time::Duration) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, spin_wait: std::time::Duration) -> Self {
         Self {
             endpoint,
             phase: Phase::Running,
@@ -397,23 +130,7 @@ impl Shared {
             (Some(service), false) => self.endpoint.lock_in(now, service, request),
         }
         .map_err(|_| LockError::TooManyServices)?;
-        self.slots.insert(
-            id,
-            Slot {
-                wakers: Vec::new(),
-                name,
-                owner,
-                mode,
-                outcome: None,
-                lost: None,
-                releasing: false,
-                released: false,
-                spin_until: None,
-                round_trip: None,
-                queued: false,
-                quiet,
-            },
-        );
+        self.slots.insert(id, Slot::new(name, owner, mode, quiet));
         Ok(id)
     }
 
@@ -423,11 +140,11 @@ impl Shared {
     pub(crate) fn start_spin(&mut self, request: RequestId, service: Option<&ServiceName>) {
         if let Some(slot) = self.slots.get_mut(&request) {
             if slot.outcome.is_none()
-                && !slot.queued
-                && !slot.quiet
+                && !slot.queued()
+                && !slot.quiet()
                 && !self.contention.is_contended(service, &slot.name)
             {
-                begin_round_trip(&mut self.spin, slot);
+                slot.begin_round_trip(&mut self.spin);
             }
         }
     }
@@ -437,7 +154,7 @@ impl Shared {
     pub(crate) fn start_release_spin(&mut self, request: RequestId) {
         if let Some(slot) = self.slots.get_mut(&request) {
             if slot.releasing && !slot.released {
-                begin_round_trip(&mut self.spin, slot);
+                slot.begin_round_trip(&mut self.spin);
             }
         }
     }
@@ -616,8 +333,8 @@ impl Shared {
             } => match self.slots.get_mut(&request) {
                 Some(slot) if slot.outcome.is_none() => {
                     self.contention
-                        .granted(service, &slot.name, slot.queued, slot.quiet);
-                    end_round_trip(&mut self.spin, slot);
+                        .granted(service, &slot.name, slot.queued(), slot.quiet());
+                    slot.end_round_trip(&mut self.spin);
                     slot.outcome = Some(Ok(token));
                     slot.wake_later(effects);
                     let owner = self.owner_id(owner);
@@ -644,9 +361,7 @@ impl Shared {
                 // `Waiting` means queued by the grantor, never an immediate grant.
                 if let Some(slot) = self.slots.get_mut(&request) {
                     // Behind another owner: sleep until the grant (see `crate::contention`).
-                    slot.queued = true;
-                    slot.spin_until = None;
-                    slot.round_trip = None;
+                    slot.mark_queued();
                     let (name, owner, mode) = (slot.name.clone(), slot.owner, slot.mode);
                     self.contention.queued(service, &name);
                     let owner = self.owner_id(owner);
@@ -676,7 +391,7 @@ impl Shared {
             LockNotice::Released { request } => {
                 if let Some(slot) = self.slots.get_mut(&request) {
                     slot.released = true;
-                    end_round_trip(&mut self.spin, slot);
+                    slot.end_round_trip(&mut self.spin);
                     slot.wake_later(effects);
                 }
             }
@@ -808,25 +523,6 @@ impl Shared {
     }
 }
 
-/// Times `slot`'s wait from now and gives it the spin `spin` says (none if it says zero). Reads
-/// the clock only where waits may spin at all.
-fn begin_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
-    if !spin.enabled() {
-        return;
-    }
-    let now = std::time::Instant::now();
-    let spun = spin.next();
-    slot.round_trip = Some((now, spun));
-    slot.spin_until = (!spun.is_zero()).then(|| now + spun);
-}
-
-/// Tells `spin` how long `slot`'s timed round trip took, now that its answer is here.
-fn end_round_trip(spin: &mut SpinBudget, slot: &mut Slot) {
-    if let Some((sent, spun)) = slot.round_trip.take() {
-        spin.answered(spun, sent.elapsed());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -852,7 +548,7 @@ mod tests {
             .register(Instant::ZERO, None, LockRequest::exclusive(1, name))
             .expect("registered");
         shared.start_spin(id, None);
-        assert!(shared.slots[&id].round_trip.is_some(), "timed");
+        assert!(shared.slots[&id].timed(), "timed");
         id
     }
 
@@ -885,7 +581,7 @@ mod tests {
                 position: 1,
             },
         );
-        assert!(shared.slots[&queued].round_trip.is_none());
+        assert!(!shared.slots[&queued].timed());
         notice(&mut shared, granted(queued, "queued"));
         assert_eq!(shared.spin.current(), BOUND, "a queued wait taught nothing");
 
@@ -896,10 +592,7 @@ mod tests {
 
         shared.slots.get_mut(&free).expect("slot").releasing = true;
         shared.start_release_spin(free);
-        assert!(
-            shared.slots[&free].round_trip.is_some(),
-            "the release is timed"
-        );
+        assert!(shared.slots[&free].timed(), "the release is timed");
         notice(&mut shared, LockNotice::Released { request: free });
         assert!(
             shared.spin.current() < after_grant,

@@ -11,10 +11,8 @@ impl State {
     /// Starts closing: no more accepts, sends or receives. Returns whether any frame waits.
     pub(crate) fn begin_close(&mut self) -> bool {
         self.closing = true;
-        self.listener = None;
-        self.to_self.clear();
-        self.total.sub(self.to_self_bytes);
-        self.to_self_bytes = 0;
+        self.listener.close();
+        self.to_self.clear(&self.total);
         self.bell.notify();
         self.alert_sleepers();
         self.conns

@@ -10,7 +10,7 @@ use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::Datagram;
 use tracing::{debug, warn};
 
-use super::{State, AUTH_LOG_EVERY, MAX_NOTICES};
+use super::State;
 use crate::conn::Sent;
 use crate::frame::{self, Hello};
 use crate::wake::Token;
@@ -67,7 +67,7 @@ impl State {
         }
         conn.last_rx = Some(now);
         let peer = hello.addr;
-        match (&self.auth, hello.seal) {
+        match (self.credentials.auth(), hello.seal) {
             (None, None) => self.greeted(token, hello, now),
             (None, Some(seal)) => {
                 let rejected = Rejected {
@@ -125,7 +125,7 @@ impl State {
     /// both hellos. Only a valid proof lets the connection be registered (or displace or
     /// block another) and its frames be delivered.
     pub(super) fn authenticate(&mut self, token: Token, payload: &[u8], now: Instant) {
-        let (Some(auth), Some(conn)) = (&self.auth, self.conns.get_mut(&token)) else {
+        let (Some(auth), Some(conn)) = (self.credentials.auth(), self.conns.get_mut(&token)) else {
             return;
         };
         let outbound = conn.outbound;
@@ -173,7 +173,7 @@ impl State {
     /// Closes a connection whose peer did not prove the cluster key: counted, logged at most
     /// every few seconds (`TCP peer X failed authentication (key id N)`), the address it was
     /// dialled at put in backoff. With `rejected`, its notice is delivered as a datagram from
-    /// the peer's listen address (at most [`MAX_NOTICES`] wait), so the member learns that
+    /// the peer's listen address (at most `MAX_NOTICES` wait), so the member learns that
     /// the peer holds another key (or none).
     pub(super) fn auth_failed(
         &mut self,
@@ -201,15 +201,10 @@ impl State {
             None => hello.and_then(|h| h.seal).map(|s| s.key),
         };
         let key = key.map_or_else(|| "none".to_string(), |k| k.to_string());
-        let (last, suppressed) = &mut self.auth_logged;
-        if last.is_none_or(|at| now.saturating_duration_since(at) >= AUTH_LOG_EVERY) {
+        if let Some(suppressed) = self.credentials.auth_log(now) {
             let shown = peer.map_or_else(|| conn.peer_ip.to_string(), |p| p.to_string());
-            warn!(peer = %shown, ip = %conn.peer_ip, key_id = %key, what, suppressed = *suppressed,
+            warn!(peer = %shown, ip = %conn.peer_ip, key_id = %key, what, suppressed,
                 "TCP peer {shown} failed authentication (key id {key}): {what}; connection closed");
-            *last = Some(now);
-            *suppressed = 0;
-        } else {
-            *suppressed += 1;
         }
         // A seed dialled under an alias, or one that dialled us.
         for addr in conn
@@ -240,11 +235,11 @@ impl State {
         self.conns.insert(token, conn);
         self.schedule(token);
         if let Some(rejected) = rejected {
-            if self.notices.len() < MAX_NOTICES {
-                self.notices.push_back(Datagram {
-                    from: rejected.from,
-                    bytes: rejected.notice.encode(rejected.cluster),
-                });
+            let notice = Datagram {
+                from: rejected.from,
+                bytes: rejected.notice.encode(rejected.cluster),
+            };
+            if self.credentials.push_notice(notice) {
                 self.bell.notify();
             }
         }

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 use async_io::Async;
 use conclave_lock_api::seal::Keyring;
@@ -24,40 +24,30 @@ use tracing::{debug, trace, warn};
 
 use crate::config::TcpConfig;
 use crate::conn::{Conn, Handshake, Received, Sent};
-use crate::frame::{self, Hello, HelloSeal, CHALLENGE_LEN};
 use crate::peer::Peer;
 use crate::queue::Total;
 use crate::stats::TcpStats;
 use crate::wake::{Doorbell, Token, LISTENER};
+use credentials::{Auth, Credentials};
 use discovery::Discovery;
+use listener::{Accepted, Listener};
+use loopback::{Loopback, Refused};
 
 mod close;
+mod credentials;
 mod discovery;
 mod handshake;
+mod listener;
+mod loopback;
 #[cfg(unix)]
 mod watch;
 
 #[cfg(unix)]
+use rustix::event::PollFlags;
+#[cfg(unix)]
 pub(crate) use watch::Handle;
 #[cfg(unix)]
 use watch::Sleepers;
-
-/// How long accepting pauses after an error such as running out of file descriptors.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
-/// The most rejection notices of the handshake waiting to be received; more are dropped.
-const MAX_NOTICES: usize = 64;
-/// How often a failed authentication is logged at most (the rest are counted).
-const AUTH_LOG_EVERY: Duration = Duration::from_secs(5);
-
-/// The cluster's keys, once the node gave them ([`State::use_keyring`]).
-#[derive(Debug)]
-pub(crate) struct Auth {
-    pub(crate) cluster: ClusterId,
-    pub(crate) keys: Keyring,
-    /// The member's sealing session: the notices this mesh makes name it, as a notice about
-    /// the member's own packets does.
-    pub(crate) session: [u8; 16],
-}
 
 /// Who waits for the sockets a drive leaves blocked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,25 +75,12 @@ pub(crate) enum Step {
 pub(crate) struct State {
     config: TcpConfig,
     local: SocketAddr,
-    /// This mesh's instance id, named in every hello.
-    instance: u64,
-    /// Our hello frame, queued first on every connection (without a key; with one, every
-    /// connection's hello has a challenge of its own).
-    hello: Vec<u8>,
-    /// The cluster's keys: every connection must prove one before it is trusted.
-    auth: Option<Auth>,
-    /// Rejection notices the handshake made (a peer with another key, or none), delivered as
-    /// datagrams from the peer; at most [`MAX_NOTICES`].
-    notices: VecDeque<Datagram>,
-    /// When a failed authentication was last logged, and how many since went unlogged.
-    auth_logged: (Option<Instant>, u64),
+    /// Our hello and keys, and what failed handshakes left to deliver.
+    credentials: Credentials,
     /// What happened at each seed.
     discovery: Discovery,
     bell: Arc<Doorbell>,
-    listener: Option<Arc<Async<TcpListener>>>,
-    listener_waker: Waker,
-    listener_scheduled: bool,
-    accept_paused_until: Option<Instant>,
+    listener: Listener,
     conns: BTreeMap<Token, Conn>,
     peers: HashMap<SocketAddr, Peer>,
     /// Sockets to serve, each at most once (see [`Conn::scheduled`]).
@@ -111,12 +88,11 @@ pub(crate) struct State {
     next_token: Token,
     /// The earliest deadline of any connection or of the accept pause (may be stale-early).
     next_deadline: Option<Instant>,
-    /// Frames sent to our own address, and their bytes (counted in `total` too).
-    to_self: VecDeque<Vec<u8>>,
-    to_self_bytes: usize,
-    /// Data bytes queued and not yet written over every connection, plus `to_self_bytes`:
+    /// Frames sent to our own address (counted in `total` too).
+    to_self: Loopback,
+    /// Data bytes queued and not yet written over every connection, plus those to ourselves:
     /// what `max_queued_bytes` bounds. Each connection's queue keeps its share up to date
-    /// (see [`Total`]); `to_self` is counted here by hand.
+    /// (see [`Total`]), and so does `to_self`.
     total: Total,
     closing: bool,
     /// A blocking drive served sockets without registering them with the reactor: the next
@@ -137,34 +113,19 @@ impl State {
         instance: u64,
         bell: Arc<Doorbell>,
     ) -> Self {
-        let hello = Hello {
-            instance,
-            addr: local,
-            seal: None,
-        }
-        .encode();
         Self {
             discovery: Discovery::new(&config.seeds, local),
             config,
             local,
-            instance,
-            hello,
-            auth: None,
-            notices: VecDeque::new(),
-            auth_logged: (None, 0),
-            listener_waker: bell.waker(LISTENER),
+            credentials: Credentials::new(local, instance),
+            listener: Listener::new(listener, bell.waker(LISTENER)),
             bell,
-            listener: Some(Arc::new(listener)),
-            // Accept whatever queued up before the first drive.
-            listener_scheduled: true,
-            accept_paused_until: None,
             conns: BTreeMap::new(),
             peers: HashMap::new(),
             work: VecDeque::from([LISTENER]),
             next_token: LISTENER + 1,
             next_deadline: None,
-            to_self: VecDeque::new(),
-            to_self_bytes: 0,
+            to_self: Loopback::default(),
             total: Total::default(),
             closing: false,
             unarmed: false,
@@ -178,7 +139,7 @@ impl State {
     /// `Transport::use_keyring`). Connections already open were made without: they are closed.
     pub(crate) fn use_keyring(&mut self, cluster: ClusterId, keys: Keyring, session: [u8; 16]) {
         self.discovery.keyed(cluster);
-        self.auth = Some(Auth {
+        self.credentials.set_auth(Auth {
             cluster,
             keys,
             session,
@@ -187,34 +148,6 @@ impl State {
         for token in tokens {
             self.close_now(token);
         }
-    }
-
-    /// A new connection's hello frame and, on a keyed mesh, its payload (the connection's
-    /// handshake starts from it). Each keyed hello has a fresh random challenge.
-    ///
-    /// # Errors
-    /// The system's random source failed.
-    fn new_hello(&self) -> io::Result<(Vec<u8>, Option<Handshake>)> {
-        let Some(auth) = &self.auth else {
-            return Ok((self.hello.clone(), None));
-        };
-        let mut challenge = [0u8; CHALLENGE_LEN];
-        getrandom::fill(&mut challenge).map_err(|e| io::Error::other(e.to_string()))?;
-        let hello = Hello {
-            instance: self.instance,
-            addr: self.local,
-            seal: Some(HelloSeal {
-                cluster: auth.cluster,
-                key: auth.keys.primary(),
-                challenge,
-            }),
-        };
-        let payload = hello.payload();
-        let handshake = Handshake {
-            ours: payload.clone(),
-            theirs: None,
-        };
-        Ok((frame::encode(&payload), Some(handshake)))
     }
 
     /// Takes `conn` in, its handshake (if keyed) started: data frames wait for our proof.
@@ -259,7 +192,7 @@ impl State {
                 .values()
                 .map(|c| c.queue.data_bytes())
                 .sum::<usize>()
-                + self.to_self_bytes,
+                + self.to_self.bytes(),
             "the running total matches the queues"
         );
         total
@@ -394,12 +327,10 @@ impl State {
             }
             Mode::Async | Mode::Blocking => {}
         }
-        if let Some(notice) = self.notices.pop_front() {
+        if let Some(notice) = self.credentials.pop_notice() {
             return Step::Datagram(notice);
         }
-        if let Some(bytes) = self.to_self.pop_front() {
-            self.to_self_bytes -= bytes.len();
-            self.total.sub(bytes.len());
+        if let Some(bytes) = self.to_self.pop(&self.total) {
             self.stats.frames_received += 1;
             return Step::Datagram(Datagram {
                 from: self.local,
@@ -414,7 +345,7 @@ impl State {
         }
         while let Some(token) = self.work.pop_front() {
             if token == LISTENER {
-                self.listener_scheduled = false;
+                self.listener.unschedule();
                 self.accept(now, mode);
                 continue;
             }
@@ -427,31 +358,74 @@ impl State {
             }
         }
         // A handshake that failed in this drive may have left a notice.
-        if let Some(notice) = self.notices.pop_front() {
+        if let Some(notice) = self.credentials.pop_notice() {
             return Step::Datagram(notice);
         }
         Step::Idle(self.next_deadline)
     }
 
     fn send_to_self(&mut self, payload: &[u8]) {
-        if self.to_self_bytes + payload.len() > self.config.send_queue_bytes {
-            self.stats.dropped_queue_full += 1;
-            return;
+        let (bound, budget) = (self.config.send_queue_bytes, self.config.max_queued_bytes);
+        match self.to_self.push(payload, bound, budget, &self.total) {
+            Ok(()) => {
+                self.stats.frames_sent += 1;
+                self.bell.notify();
+            }
+            Err(Refused::Full) => self.stats.dropped_queue_full += 1,
+            Err(Refused::OverBudget) => self.stats.dropped_budget += 1,
         }
-        if !self.total.fits(payload.len(), self.config.max_queued_bytes) {
-            self.stats.dropped_budget += 1;
-            return;
-        }
-        self.to_self_bytes += payload.len();
-        self.total.add(payload.len());
-        self.to_self.push_back(payload.to_vec());
-        self.stats.frames_sent += 1;
-        self.bell.notify();
     }
 
     /// Without `poll(2)` there is no thread to alert.
     #[cfg(not(unix))]
     fn alert_sleepers(&mut self) {}
+
+    /// For a thread about to block in `poll` until `wake_at` (`None`: no limit): the sockets
+    /// to poll, appended to `out`. The thread counts as a sleeper until [`State::woke`].
+    #[cfg(unix)]
+    pub(crate) fn sleep(
+        &mut self,
+        wake_at: Option<Instant>,
+        out: &mut Vec<(Token, Handle, PollFlags)>,
+    ) {
+        let watched = watch::watch_list(self.listener.polled(), &self.conns);
+        self.sleepers.sleep(watched, wake_at, out);
+    }
+
+    /// For a thread back from `poll`: it no longer sleeps; the sockets it found `ready` are
+    /// served by the next drive.
+    #[cfg(unix)]
+    pub(crate) fn woke(&mut self, ready: impl IntoIterator<Item = Token>) {
+        self.sleepers.woke();
+        for token in ready {
+            self.schedule(token);
+        }
+    }
+
+    /// Polls every watched socket without waiting and schedules the ready ones (for
+    /// `try_recv`, which does not block). Returns whether any was ready.
+    ///
+    /// # Errors
+    /// Any error of `poll` but an interrupted call.
+    #[cfg(unix)]
+    pub(crate) fn poll_now(&mut self) -> io::Result<bool> {
+        let ready = watch::poll_ready(watch::watch_list(self.listener.polled(), &self.conns))?;
+        for token in &ready {
+            self.schedule(*token);
+        }
+        Ok(!ready.is_empty())
+    }
+
+    /// Rings the doorbell's pipe if a thread blocked in `poll` must wake to keep the mesh
+    /// moving (see `watch`). Called at the end of every step that changes the state.
+    #[cfg(unix)]
+    fn alert_sleepers(&mut self) {
+        let busy = self.closing || !self.to_self.is_empty() || !self.work.is_empty();
+        let watched = watch::watch_list(self.listener.polled(), &self.conns);
+        if self.sleepers.alert(busy, self.next_deadline, watched) {
+            self.bell.wake_blocked();
+        }
+    }
 
     /// How many connections are open in one direction (winding down included).
     fn count(&self, outbound: bool) -> usize {
@@ -480,7 +454,7 @@ impl State {
         let deadline = now.checked_add(self.config.connect_timeout);
         self.stats.connect_attempts += 1;
         let waker = self.bell.waker(token);
-        let dialled = self.new_hello().and_then(|(hello, handshake)| {
+        let dialled = self.credentials.new_hello().and_then(|(hello, handshake)| {
             let conn = Conn::dial(addr, self.local, waker, hello, deadline, self.total.clone())?;
             Ok((conn, handshake))
         });
@@ -506,50 +480,22 @@ impl State {
 
     /// Accepts waiting connections until the listener would block.
     fn accept(&mut self, now: Instant, mode: Mode) {
-        if self.accept_paused_until.is_some_and(|until| now < until) {
+        if !self.listener.may_accept(now) {
             return;
         }
-        self.accept_paused_until = None;
         for _ in 0..64 {
-            let Some(listener) = &self.listener else {
-                return;
-            };
-            match listener.get_ref().accept() {
-                Ok((stream, from)) => self.admit(stream, from, now),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if mode == Mode::Blocking {
-                        return;
-                    }
-                    match listener.poll_readable(&mut Context::from_waker(&self.listener_waker)) {
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(error)) => {
-                            warn!(%error, "listener failed; pausing accepts");
-                            self.pause_accepts(now);
-                            return;
-                        }
-                        Poll::Pending => return,
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::ConnectionAborted | ErrorKind::Interrupted
-                    ) => {}
-                Err(error) => {
-                    warn!(%error, "accept failed; pausing accepts");
-                    self.pause_accepts(now);
+            match self.listener.accept(now, mode) {
+                Accepted::Stream(stream, from) => self.admit(stream, from, now),
+                Accepted::Again => {}
+                Accepted::Blocked => return,
+                Accepted::Paused(until) => {
+                    self.note_deadline(Some(until));
                     return;
                 }
             }
         }
         // More may wait: serve the others first.
         self.schedule(LISTENER);
-    }
-
-    fn pause_accepts(&mut self, now: Instant) {
-        let until = now + ACCEPT_PAUSE;
-        self.accept_paused_until = Some(until);
-        self.note_deadline(Some(until));
     }
 
     /// Takes an accepted connection in, or refuses it when `max_connections` inbound
@@ -567,7 +513,7 @@ impl State {
                 return;
             }
         };
-        let (hello, handshake) = match self.new_hello() {
+        let (hello, handshake) = match self.credentials.new_hello() {
             Ok(hello) => hello,
             Err(error) => {
                 debug!(%from, %error, "inbound connection dropped");
@@ -802,14 +748,14 @@ impl State {
                 }
             }
         }
-        if self.accept_paused_until.is_some_and(|until| until <= now) {
+        if self.listener.resumes_by(now) {
             self.schedule(LISTENER);
         }
         self.next_deadline = self
             .conns
             .values()
             .filter_map(|c| c.deadline)
-            .chain(self.accept_paused_until)
+            .chain(self.listener.paused_until())
             .min();
     }
 
@@ -844,8 +790,7 @@ impl State {
 
     fn schedule(&mut self, token: Token) {
         if token == LISTENER {
-            if !self.listener_scheduled && self.listener.is_some() {
-                self.listener_scheduled = true;
+            if self.listener.schedule() {
                 self.work.push_back(LISTENER);
             }
         } else if let Some(conn) = self.conns.get_mut(&token) {
@@ -876,6 +821,8 @@ pub(crate) fn closed() -> io::Error {
 
 #[cfg(all(test, unix))]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn state(config: TcpConfig, instance: u64) -> State {

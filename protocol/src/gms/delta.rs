@@ -136,6 +136,29 @@ pub(super) fn diff(base: &View, next: &View) -> Option<GmsMessage> {
     })
 }
 
+/// The messages that send `view` to its other members (all but `local`): a delta from `base`
+/// (the view this member was in) to the members of `base`, which received it or installed it
+/// before, and the full view to the others (joiners, merged members) and when there is no
+/// delta.
+pub(super) fn view_messages(
+    view: &View,
+    base: Option<&View>,
+    local: &MemberId,
+) -> Vec<(MemberId, GmsMessage)> {
+    let delta = base.and_then(|base| diff(base, view).map(|d| (base, d)));
+    view.members()
+        .iter()
+        .filter(|member| *member != local)
+        .map(|member| {
+            let message = match &delta {
+                Some((base, delta)) if base.contains(member) => delta.clone(),
+                _ => GmsMessage::InstallView { view: view.clone() },
+            };
+            (member.clone(), message)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

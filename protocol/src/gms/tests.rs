@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::liveness::{heartbeat_targets, watched_members};
 use super::*;
 
 /// Members connected directly; `cut[i][j]` drops everything from i to j.

@@ -167,3 +167,48 @@ pub struct Sabotage {
     /// coordinates after link cuts).
     pub ignore_lineage: bool,
 }
+
+#[cfg(feature = "sim")]
+impl Sabotage {
+    /// Whether received views are applied whatever their epoch.
+    pub(crate) fn skips_epoch_check(&self) -> bool {
+        self.skip_view_epoch_check
+    }
+
+    /// Whether suspected members are never excluded.
+    pub(crate) fn never_excludes(&self) -> bool {
+        self.never_exclude
+    }
+
+    /// Whether every heartbeat and frame is a sign of life.
+    pub(crate) fn ignores_lineage(&self) -> bool {
+        self.ignore_lineage
+    }
+}
+
+/// Outside the simulator nothing is sabotaged: every rule holds.
+#[cfg(not(feature = "sim"))]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Sabotage {}
+
+#[cfg(not(feature = "sim"))]
+impl Sabotage {
+    /// Never.
+    pub(crate) fn skips_epoch_check(&self) -> bool {
+        false
+    }
+
+    /// Never.
+    pub(crate) fn never_excludes(&self) -> bool {
+        false
+    }
+
+    /// Never.
+    pub(crate) fn ignores_lineage(&self) -> bool {
+        false
+    }
+}
+
+/// Upper bound on the joiners, merge candidates, announcers and stray members remembered, so
+/// discovery traffic from many (or forged) members costs bounded memory.
+pub(super) const MAX_REMEMBERED: usize = 256;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::clock::{NodeClock, RateCycle, MAX_PIECES};
 use super::network::Network;
 use super::rng::SimRng;
-use super::{Simulation, SlotState};
+use super::slot::SlotState;
+use super::Simulation;
 use crate::time::Instant;
 
 /// Shortest and longest stretch of a flipping clock at one rate (drawn log-uniformly): from

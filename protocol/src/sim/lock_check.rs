@@ -21,7 +21,8 @@ use std::collections::BTreeSet;
 
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, RequestId, ServiceName, View};
 
-use super::{Simulation, SlotState, Violation};
+use super::slot::SlotState;
+use super::{Simulation, Violation};
 use crate::endpoint::Endpoint;
 use crate::locking::{CachedGrant, HoldStatus, LockNotice, LockService};
 

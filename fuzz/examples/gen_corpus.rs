@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use conclave_fuzz::script::{self, Reader, Step, Writer};
 use conclave_fuzz::{wire_round_trip, CLUSTER};
 use conclave_lock_api::wire::{
-    self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
+    self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, ReportedHold, LeaseBeat,
     LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe, Segment,
     SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
 };
@@ -208,7 +208,7 @@ fn messages() -> Vec<(&'static str, Message)> {
             "lock-info-response",
             lock(LockMessage::LockInfoResponse {
                 epoch: 3,
-                held: vec![HeldLock {
+                held: vec![ReportedHold {
                     request: req,
                     name: l(),
                     owner: owner(1, 1),

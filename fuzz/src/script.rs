@@ -22,7 +22,7 @@
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat, LockMessage, Message,
+    self, Ack, Discovery, Frame, GmsMessage, GrantView, ReportedHold, LeaseBeat, LockMessage, Message,
     Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, SharedSetting, StreamAck,
     TableHolder, TableLock, TableWaiter,
 };
@@ -191,8 +191,8 @@ impl<'a> Reader<'a> {
         self.flag().then(|| item(self))
     }
 
-    fn held_lock(&mut self) -> HeldLock {
-        HeldLock {
+    fn held_lock(&mut self) -> ReportedHold {
+        ReportedHold {
             request: self.request(),
             name: self.name(),
             owner: self.owner(),
@@ -617,7 +617,7 @@ impl Writer {
         }
     }
 
-    fn held_lock(&mut self, h: &HeldLock) {
+    fn held_lock(&mut self, h: &ReportedHold) {
         self.request(&h.request);
         self.name(&h.name);
         self.owner(&h.owner);

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, GrantView,
-    HeldLock, LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest,
-    Probe, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
+    LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
+    ReportedHold, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
     BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
     PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
 };
@@ -339,7 +339,7 @@ fn arb_gms_message() -> BoxedStrategy<GmsMessage> {
     .boxed()
 }
 
-fn arb_held_lock() -> BoxedStrategy<HeldLock> {
+fn arb_held_lock() -> BoxedStrategy<ReportedHold> {
     (
         arb_request_id(),
         arb_lock_name(),
@@ -348,14 +348,16 @@ fn arb_held_lock() -> BoxedStrategy<HeldLock> {
         arb_token(),
         prop::option::of(arb_u64()),
     )
-        .prop_map(|(request, name, owner, mode, token, lease_ms)| HeldLock {
-            request,
-            name,
-            owner,
-            mode,
-            token,
-            lease_ms,
-        })
+        .prop_map(
+            |(request, name, owner, mode, token, lease_ms)| ReportedHold {
+                request,
+                name,
+                owner,
+                mode,
+                token,
+                lease_ms,
+            },
+        )
         .boxed()
 }
 

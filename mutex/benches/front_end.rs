@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use conclave::memory::MemoryNetwork;
 use conclave::protocol::gms::ViewOrigin;
-use conclave::protocol::locking::{LockConfig, LockNotice, LockRequest, LockService};
+use conclave::protocol::locking::{LockConfig, LockMachine, LockNotice, LockRequest};
 use conclave::protocol::Instant;
 use conclave::{EndpointConfig, LockName, MemberId, Node, View};
 use criterion::Criterion;
@@ -32,7 +32,7 @@ fn benches(c: &mut Criterion) {
 
     // The protocol core alone: a grantor serving its own client.
     let me = MemberId::new(1, "core", "127.0.0.1:1".parse().expect("addr")).expect("member");
-    let mut core = LockService::new(me.clone(), LockConfig::default());
+    let mut core = LockMachine::new(me.clone(), LockConfig::default());
     core.handle_view(
         Instant::ZERO,
         &View::new(1, vec![me]).expect("view"),

@@ -13,7 +13,7 @@
 //!
 //! While a lock is marked contended and nobody listens to the lock events of its service
 //! (`Waiting` is the only other thing the node does with the message), its waiting requests
-//! ask the grantor not to send `Queued` ([`LockService::lock_quiet`]): in a contended steady
+//! ask the grantor not to send `Queued` ([`LockMachine::lock_quiet`]): in a contended steady
 //! state that saves the grantor a datagram per handoff and the waiter a wake-up (measured in
 //! `docs/benchmarks.md`). A quiet request cannot tell whether it was queued, so its grant
 //! leaves the mark as it is; every [`PROBE_EVERY`]th wait of a marked lock asks as usual, and
@@ -22,7 +22,7 @@
 //! A lock is its service and its name: the same name in two services is two locks.
 //!
 //! [`LockNotice::Queued`]: conclave_protocol::locking::LockNotice::Queued
-//! [`LockService::lock_quiet`]: conclave_protocol::locking::LockService::lock_quiet
+//! [`LockMachine::lock_quiet`]: conclave_protocol::locking::LockMachine::lock_quiet
 
 use std::collections::BTreeMap;
 

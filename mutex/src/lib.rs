@@ -152,9 +152,7 @@ pub use conclave_protocol::gms::{Founding, GmsConfig, GmsConfigError};
 pub use conclave_protocol::locking::{
     LockConfig, LockConfigError, NodeCacheConfig, PartitionPolicy,
 };
-pub use conclave_protocol::reliable::{
-    Config as ReliableConfig, ConfigError as ReliableConfigError,
-};
+pub use conclave_protocol::reliable::{ConfigError as ReliableConfigError, ReliableConfig};
 pub use conclave_protocol::{shared_settings, EndpointConfig, MAX_SERVICES};
 
 /// The UDP multicast backend (feature `udp-multicast`): multicast discovery, unicast

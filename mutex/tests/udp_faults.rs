@@ -47,7 +47,7 @@ fn locks_stay_exclusive_under_loss_and_duplication() {
     let mut config = EndpointConfig::local();
     // Loss must not look like a crash: a member is suspected only after 2 s of silence.
     config.gms.suspect_timeout = Duration::from_secs(2);
-    config.reliable = conclave::protocol::reliable::Config::local();
+    config.reliable = conclave::ReliableConfig::local();
 
     smol::block_on(async {
         let mut nodes = Vec::new();
@@ -257,7 +257,7 @@ fn report_len(node: &Node) -> usize {
         .held_locks()
         .into_iter()
         .enumerate()
-        .map(|(i, h)| wire::HeldLock {
+        .map(|(i, h)| wire::ReportedHold {
             request: RequestId(i as u64),
             name: h.name,
             owner: h.owner,

@@ -10,7 +10,7 @@ use conclave_lock_api::wire::{
     PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{MemberId, View};
-use conclave_protocol::reliable::{Config, Reliable};
+use conclave_protocol::reliable::{Reliable, ReliableConfig};
 use conclave_protocol::Instant;
 use criterion::{BatchSize, Criterion, Throughput};
 
@@ -77,8 +77,8 @@ impl Link {
         let ids = [member(1), member(2)];
         let fragment_len = DATAGRAM - PACKET_OVERHEAD_MAX;
         Self {
-            a: Reliable::new(ids[0].clone(), Config::default(), fragment_len),
-            b: Reliable::new(ids[1].clone(), Config::default(), fragment_len),
+            a: Reliable::new(ids[0].clone(), ReliableConfig::default(), fragment_len),
+            b: Reliable::new(ids[1].clone(), ReliableConfig::default(), fragment_len),
             ids,
             now: Instant::ZERO,
         }

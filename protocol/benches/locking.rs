@@ -1,15 +1,15 @@
 //! Benchmarks of the locking core alone, no IO: a grantor serving its own client (the
-//! messages loop back inside `LockService`), and a new grantor rebuilding its table.
+//! messages loop back inside `LockMachine`), and a new grantor rebuilding its table.
 //!
 //! Run: `cargo bench -p conclave-protocol --bench locking`
 
 use std::hint::black_box;
 use std::net::SocketAddr;
 
-use conclave_lock_api::wire::{HeldLock, LockMessage};
+use conclave_lock_api::wire::{LockMessage, ReportedHold};
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use conclave_protocol::gms::ViewOrigin;
-use conclave_protocol::locking::{LockConfig, LockNotice, LockRequest, LockService};
+use conclave_protocol::locking::{LockConfig, LockMachine, LockNotice, LockRequest};
 use conclave_protocol::Instant;
 use criterion::{BatchSize, Criterion, Throughput};
 
@@ -23,9 +23,9 @@ fn member(n: u32) -> MemberId {
 }
 
 /// A member that is the grantor of a view of one, reconciled and serving.
-fn solo_grantor() -> LockService {
+fn solo_grantor() -> LockMachine {
     let me = member(0);
-    let mut locks = LockService::new(me.clone(), LockConfig::default());
+    let mut locks = LockMachine::new(me.clone(), LockConfig::default());
     let view = View::new(1, vec![me]).expect("valid view");
     locks.handle_view(Instant::ZERO, &view, ViewOrigin::Founded);
     assert!(locks.is_serving());
@@ -33,7 +33,7 @@ fn solo_grantor() -> LockService {
 }
 
 /// One lock and one unlock, both answered.
-fn pair(locks: &mut LockService, name: &LockName, owner: u64) {
+fn pair(locks: &mut LockMachine, name: &LockName, owner: u64) {
     let now = Instant::ZERO;
     let request = locks.lock(now, LockRequest::exclusive(owner, name.clone()));
     let mut granted = false;
@@ -82,7 +82,7 @@ fn reconciliation(c: &mut Criterion) {
         .enumerate()
         .map(|(m, id)| {
             let held = (0..100)
-                .map(|l| HeldLock {
+                .map(|l| ReportedHold {
                     request: RequestId(l),
                     name: LockName::new(format!("lock-{m}-{l}")).expect("valid"),
                     owner: OwnerId {
@@ -108,7 +108,7 @@ fn reconciliation(c: &mut Criterion) {
         b.iter_batched(
             || {
                 (
-                    LockService::new(members[0].clone(), LockConfig::default()),
+                    LockMachine::new(members[0].clone(), LockConfig::default()),
                     reports.clone(),
                 )
             },

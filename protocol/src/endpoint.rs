@@ -16,8 +16,8 @@ use tracing::{debug, trace, warn};
 
 use crate::gms::{Founding, Gms, GmsEvent, GmsOutput, MembershipState};
 use crate::locking::{
-    Authority, CacheStats, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockRequest,
-    LockService, NotHeld,
+    Authority, CacheStats, GrantorStats, HoldInfo, HoldStatus, LockConfig, LockMachine,
+    LockRequest, NotHeld,
 };
 use crate::reliable::Reliable;
 use crate::time::Instant;
@@ -32,7 +32,7 @@ pub use types::{
 
 /// One member's whole protocol stack on the wire: it decodes and validates every datagram,
 /// feeds discovery and heartbeats to [`Gms`], data segments and acks to [`Reliable`], delivered
-/// messages to [`Gms`] or [`LockService`], and encodes what they send.
+/// messages to [`Gms`] or [`LockMachine`], and encodes what they send.
 ///
 /// # Driving contract
 /// `Endpoint` performs no IO and reads no clock: whoever drives it (the `conclave` driver, the
@@ -101,9 +101,9 @@ pub struct Endpoint {
     local: MemberId,
     gms: Gms,
     reliable: Reliable,
-    locks: LockService,
+    locks: LockMachine,
     /// Named lock services, each with its own grantor, by name.
-    services: BTreeMap<ServiceName, LockService>,
+    services: BTreeMap<ServiceName, LockMachine>,
     /// The name of each named service's index (the high bits of its request ids).
     service_names: BTreeMap<u64, ServiceName>,
     /// The configuration every new service starts with.
@@ -140,7 +140,7 @@ impl Endpoint {
             cluster: ClusterId::from_name(cluster),
             gms,
             reliable: Reliable::new(local.clone(), config.reliable, fragment),
-            locks: LockService::new(local.clone(), config.locks.clone()),
+            locks: LockMachine::new(local.clone(), config.locks.clone()),
             services: BTreeMap::new(),
             service_names: BTreeMap::new(),
             lock_config: config.locks,
@@ -232,13 +232,13 @@ impl Endpoint {
     }
 
     /// The locking layer (read-only: tables, holds, counters).
-    pub fn locks(&self) -> &LockService {
+    pub fn locks(&self) -> &LockMachine {
         &self.locks
     }
 
     /// The locking layer, to break it on purpose or read its grant log in simulator tests.
     #[cfg(feature = "sim")]
-    pub fn locks_mut(&mut self) -> &mut LockService {
+    pub fn locks_mut(&mut self) -> &mut LockMachine {
         &mut self.locks
     }
 
@@ -252,7 +252,7 @@ impl Endpoint {
         }
     }
 
-    /// Asks for a lock; the answer comes as [`EndpointEvent::Lock`]. See [`LockService::lock`].
+    /// Asks for a lock; the answer comes as [`EndpointEvent::Lock`]. See [`LockMachine::lock`].
     pub fn lock(&mut self, now: Instant, request: LockRequest) -> RequestId {
         let id = self.locks.lock(now, request);
         self.pump(now);
@@ -277,7 +277,7 @@ impl Endpoint {
 
     /// Asks for a lock in the default service (`service` `None`) or a named one, without
     /// being told that it was queued; the answer comes as [`EndpointEvent::Lock`] (default
-    /// service) or [`EndpointEvent::ServiceLock`]. See [`LockService::lock_quiet`].
+    /// service) or [`EndpointEvent::ServiceLock`]. See [`LockMachine::lock_quiet`].
     ///
     /// # Errors
     /// [`TooManyServices`] if the service is not open and cannot be opened.
@@ -325,14 +325,14 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Asks the grantor for its lock table. See [`LockService::query_table`].
+    /// Asks the grantor for its lock table. See [`LockMachine::query_table`].
     pub fn query_table(&mut self, now: Instant) -> u64 {
         let query = self.locks.query_table(now);
         self.pump(now);
         query
     }
 
-    /// Withdraws a pending lock request. See [`LockService::cancel`].
+    /// Withdraws a pending lock request. See [`LockMachine::cancel`].
     pub fn cancel(&mut self, now: Instant, request: RequestId) {
         if let Some(locks) = self.service_for(now, request.0) {
             locks.cancel(now, request);
@@ -340,7 +340,7 @@ impl Endpoint {
         self.pump(now);
     }
 
-    /// Releases the lock acquired by `request`. See [`LockService::unlock`].
+    /// Releases the lock acquired by `request`. See [`LockMachine::unlock`].
     ///
     /// # Errors
     /// [`NotHeld`] if the request holds no lock here.
@@ -349,7 +349,7 @@ impl Endpoint {
     }
 
     /// Releases the lock acquired by `request` without waiting for the acknowledgement (a
-    /// guard dropped). See [`LockService::unlock_lazy`].
+    /// guard dropped). See [`LockMachine::unlock_lazy`].
     ///
     /// # Errors
     /// [`NotHeld`] if the request holds no lock here.
@@ -366,7 +366,7 @@ impl Endpoint {
     }
 
     /// A reentrant re-lock with a lease: the hold's lease becomes `max(remaining, lease)`.
-    /// See [`LockService::extend_lease`].
+    /// See [`LockMachine::extend_lease`].
     ///
     /// # Errors
     /// [`NotHeld`] if `request` holds nothing here.
@@ -383,7 +383,7 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Asks for the grantor role of this member's view. See [`LockService::become_grantor`].
+    /// Asks for the grantor role of this member's view. See [`LockMachine::become_grantor`].
     ///
     /// # Errors
     /// [`TransferRefused`](crate::locking::TransferRefused) under `Majority`.
@@ -560,7 +560,7 @@ impl Endpoint {
             self.departed.values().min().copied(),
         ]
         .into_iter()
-        .chain(self.all_services().map(LockService::poll_timeout))
+        .chain(self.all_services().map(LockMachine::poll_timeout))
         .flatten()
         .min()
     }
@@ -573,7 +573,7 @@ impl Endpoint {
             // in a view with a higher one: as coordinator, install the same members again.
             let wanted = self
                 .all_services()
-                .filter_map(LockService::needs_new_view)
+                .filter_map(LockMachine::needs_new_view)
                 .max();
             if let Some(at_least) = wanted {
                 self.gms.renew_view(now, at_least);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use conclave_lock_api::wire::Frame;
 use conclave_lock_api::MemberId;
-use conclave_protocol::reliable::{Config, Reliable, Stats};
+use conclave_protocol::reliable::{Reliable, ReliableConfig, Stats};
 use conclave_protocol::Instant;
 use proptest::prelude::*;
 
@@ -85,13 +85,13 @@ impl Net {
             MemberId::new(0xa, "a", SocketAddr::from(([10, 0, 0, 1], 7800))).expect("valid"),
             MemberId::new(0xb, "b", SocketAddr::from(([10, 0, 0, 2], 7800))).expect("valid"),
         ];
-        let config = Config {
+        let config = ReliableConfig {
             retransmit_timeout: Duration::from_millis(20),
             max_retransmit_timeout: Duration::from_millis(200),
             send_window: s.send_window,
             recv_window: s.send_window + s.recv_extra,
             idle_timeout: Duration::from_secs(5),
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         config.validate().expect("valid config");
         let nodes = ids

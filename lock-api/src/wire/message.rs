@@ -306,7 +306,7 @@ pub struct TableWaiter {
 
 /// A lock held by a member, reported during reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HeldLock {
+pub struct ReportedHold {
     /// The request that acquired the lock; with the member it names the grant.
     pub request: RequestId,
     /// The lock.
@@ -323,6 +323,11 @@ pub struct HeldLock {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
 }
+
+/// A reported hold by its earlier name (the contract's `HeldLock` is what a member lists of its
+/// own holds; this is what it reports to a grantor).
+#[deprecated(since = "0.1.0", note = "renamed `ReportedHold`")]
+pub type HeldLock = ReportedHold;
 
 /// A lock request still waiting for an answer, reported during reconciliation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -535,7 +540,7 @@ pub enum LockMessage {
         /// Echo of the request's epoch.
         epoch: u64,
         /// Locks held by owners of this member.
-        held: Vec<HeldLock>,
+        held: Vec<ReportedHold>,
         /// Requests waiting for an answer.
         pending: Vec<PendingRequest>,
         /// Releases not yet acknowledged.
@@ -606,7 +611,7 @@ pub enum LockMessage {
         /// The highest token the old grantor issued or reserved: every later one exceeds it.
         last_token: FencingToken,
         /// Every hold (its lease as what is left of it on the old grantor's clock).
-        held: Vec<HeldLock>,
+        held: Vec<ReportedHold>,
         /// Every waiter, lock by lock in queue order.
         waiting: Vec<PendingRequest>,
         /// The new grantor's turn in this view: one more than the old grantor's (the

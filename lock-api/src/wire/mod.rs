@@ -35,9 +35,11 @@ pub use codec::{
     BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
 };
 pub use envelope::{ClusterId, DatagramKind, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+#[allow(deprecated)]
+pub use message::HeldLock;
 pub use message::{
-    first_setting_mismatch, Ack, Discovery, Frame, GmsMessage, GrantView, HeldLock, LeaseBeat,
-    LockMessage, Message, Packet, PendingRelease, PendingRequest, Probe, Segment, SharedSetting,
+    first_setting_mismatch, Ack, Discovery, Frame, GmsMessage, GrantView, LeaseBeat, LockMessage,
+    Message, Packet, PendingRelease, PendingRequest, Probe, ReportedHold, Segment, SharedSetting,
     StreamAck, TableHolder, TableLock, TableWaiter, MAX_BUNDLE, NODE_GRANT_TOKENS, NODE_OWNER,
     SHARED_SETTINGS_MAX, TABLE_LOCKS_MAX,
 };

@@ -4,33 +4,33 @@ use conclave_lock_api::ServiceName;
 
 use super::{Endpoint, TooManyServices, MAX_SERVICES};
 use crate::gms::ViewOrigin;
-use crate::locking::{service_index, LockService};
+use crate::locking::{service_index, LockMachine};
 use crate::time::Instant;
 
 impl Endpoint {
     /// Every lock service of this member: the default one, then the named ones by name.
-    pub(super) fn all_services(&self) -> impl Iterator<Item = &LockService> {
+    pub(super) fn all_services(&self) -> impl Iterator<Item = &LockMachine> {
         std::iter::once(&self.locks).chain(self.services.values())
     }
 
     /// [`Endpoint::all_services`], to change them.
-    pub(super) fn all_services_mut(&mut self) -> impl Iterator<Item = &mut LockService> {
+    pub(super) fn all_services_mut(&mut self) -> impl Iterator<Item = &mut LockMachine> {
         std::iter::once(&mut self.locks).chain(self.services.values_mut())
     }
 
     /// A named lock service, if this member runs it.
-    pub fn service(&self, name: &ServiceName) -> Option<&LockService> {
+    pub fn service(&self, name: &ServiceName) -> Option<&LockMachine> {
         self.services.get(name)
     }
 
     /// A named lock service, to break it on purpose or read its grant log in simulator tests.
     #[cfg(feature = "sim")]
-    pub fn service_mut(&mut self, name: &ServiceName) -> Option<&mut LockService> {
+    pub fn service_mut(&mut self, name: &ServiceName) -> Option<&mut LockMachine> {
         self.services.get_mut(name)
     }
 
     /// The named lock services this member runs, by name.
-    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &LockService)> {
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &LockMachine)> {
         self.services.iter()
     }
 
@@ -71,7 +71,7 @@ impl Endpoint {
             .next_back()
             .map_or(1, |last| last + 1);
         let mut service =
-            LockService::for_service(self.local.clone(), self.lock_config.clone(), index);
+            LockMachine::for_service(self.local.clone(), self.lock_config.clone(), index);
         if let Some(term) = self.restored_term {
             service.restore_term(term);
         }
@@ -115,7 +115,7 @@ impl Endpoint {
         &mut self,
         now: Instant,
         service: Option<&ServiceName>,
-    ) -> Option<&mut LockService> {
+    ) -> Option<&mut LockMachine> {
         match service {
             None => Some(&mut self.locks),
             Some(name) => {
@@ -135,19 +135,19 @@ impl Endpoint {
         &mut self,
         now: Instant,
         service: &ServiceName,
-    ) -> Result<&mut LockService, TooManyServices> {
+    ) -> Result<&mut LockMachine, TooManyServices> {
         self.open_service_quietly(now, service)?;
         self.service_at(now, Some(service)).ok_or(TooManyServices)
     }
 
     /// The lock service a request id belongs to, with its authority as of `now`.
-    pub(super) fn service_for(&mut self, now: Instant, id: u64) -> Option<&mut LockService> {
+    pub(super) fn service_for(&mut self, now: Instant, id: u64) -> Option<&mut LockMachine> {
         let name = self.service_of(id).cloned();
         self.service_at(now, name.as_ref())
     }
 
     /// The lock service a request id belongs to, read-only.
-    pub(super) fn service_ref(&self, id: u64) -> &LockService {
+    pub(super) fn service_ref(&self, id: u64) -> &LockMachine {
         self.service_of(id)
             .and_then(|name| self.services.get(name))
             .unwrap_or(&self.locks)

@@ -18,7 +18,7 @@ pub struct EndpointConfig {
     /// Membership timing.
     pub gms: GmsConfig,
     /// Reliable delivery: windows, retransmission, memory bounds.
-    pub reliable: reliable::Config,
+    pub reliable: reliable::ReliableConfig,
     /// Locking: partition policy, reconciliation, leases.
     pub locks: LockConfig,
 }
@@ -28,7 +28,7 @@ impl EndpointConfig {
     pub fn local() -> Self {
         Self {
             gms: GmsConfig::local(),
-            reliable: reliable::Config::default(),
+            reliable: reliable::ReliableConfig::default(),
             locks: LockConfig::local(),
         }
     }

@@ -25,7 +25,7 @@ use conclave_lock_api::wire::{NODE_GRANT_TOKENS, NODE_OWNER};
 use conclave_lock_api::{FencingToken, LockLostReason, LockMode, LockName, RequestId};
 
 use super::types::{HoldInfo, LockNotice, LockRequest, Refusal};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
 /// Settings of node-level caching. Off by default.
@@ -189,7 +189,7 @@ fn used_up(block: Option<(FencingToken, u64)>) -> bool {
     block.is_some_and(|(_, used)| used >= NODE_GRANT_TOKENS)
 }
 
-impl LockService {
+impl LockMachine {
     /// The cache's answer to a local request: `Some(id)` if it took the request (granted at
     /// once, queued at the node, refused, or asked a node grant for it), `None` to send it to
     /// the grantor as usual.

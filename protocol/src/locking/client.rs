@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{HeldLock, LockMessage, PendingRelease, PendingRequest};
+use conclave_lock_api::wire::{LockMessage, PendingRelease, PendingRequest, ReportedHold};
 use conclave_lock_api::{
     FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
 };
@@ -681,10 +681,10 @@ impl Client {
     }
 
     /// What this member holds, as a report names it (each lease as what is left of it).
-    pub(crate) fn held_locks(&self, now: Instant) -> Vec<HeldLock> {
+    pub(crate) fn held_locks(&self, now: Instant) -> Vec<ReportedHold> {
         self.held
             .iter()
-            .map(|(request, h)| HeldLock {
+            .map(|(request, h)| ReportedHold {
                 request: *request,
                 name: h.name.clone(),
                 owner: self.owner(h.owner),

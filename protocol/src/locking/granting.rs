@@ -5,10 +5,10 @@ use conclave_lock_api::{LockMode, LockName, OwnerId, RequestId, View};
 
 use super::config::PartitionPolicy;
 use super::grantor::{Ctx, GrantorStats};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
-impl LockService {
+impl LockMachine {
     pub(super) fn tick_grantor(&mut self, now: Instant) {
         if let Some(view) = self.view.clone() {
             let ctx = self.ctx(now, &view);

@@ -7,7 +7,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{GrantView, HeldLock, LockMessage, PendingRelease, PendingRequest};
+use conclave_lock_api::wire::{
+    GrantView, LockMessage, PendingRelease, PendingRequest, ReportedHold,
+};
 use conclave_lock_api::{LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use tracing::{debug, info, warn};
 
@@ -54,7 +56,7 @@ pub(crate) struct Ctx<'a> {
 /// One member's reconciliation report.
 #[derive(Debug, Default)]
 pub(crate) struct Report {
-    held: Vec<HeldLock>,
+    held: Vec<ReportedHold>,
     pending: Vec<PendingRequest>,
     releases: Vec<PendingRelease>,
 }
@@ -109,7 +111,7 @@ pub struct GrantorStats {
     /// (the grantor then went on with the reports it had, or asked the missing again).
     pub reconcile_timeouts: u64,
     /// Requests queued behind another owner without a `Queued` message, because they asked
-    /// not to be told ([`crate::locking::LockService::lock_quiet`]).
+    /// not to be told ([`crate::locking::LockMachine::lock_quiet`]).
     pub quiet_waits: u64,
     /// Lazy releases (nobody waits for them, such as dropped guards) whose acknowledgement
     /// was held back, to leave with a later message to their member or on its own once due
@@ -273,7 +275,7 @@ impl Grantor {
     }
 
     /// Sets the end of the grace period of the reconciliation just started (a named
-    /// service's: the member's term's, see `LockService::begin_term`).
+    /// service's: the member's term's, see `LockMachine::begin_term`).
     pub(crate) fn set_grace(&mut self, until: Option<Instant>) {
         self.grace_until = until;
     }
@@ -298,7 +300,7 @@ impl Grantor {
         }
         let mut held = Vec::new();
         for (name, h) in self.table.holders() {
-            held.push(HeldLock {
+            held.push(ReportedHold {
                 request: h.request,
                 name: name.clone(),
                 owner: h.owner.clone(),
@@ -810,7 +812,7 @@ fn has_quorum(ctx: &Ctx<'_>, r: &Reconciliation) -> bool {
 /// A holder as a member reported it. Its remaining lease was counted on the holder's clock
 /// when it sent the report, before now: counted from now and scaled up by the clock-rate
 /// margin, it runs out after the holder's own deadline.
-fn holder_of(h: &HeldLock, ctx: &Ctx<'_>) -> Holder {
+fn holder_of(h: &ReportedHold, ctx: &Ctx<'_>) -> Holder {
     Holder {
         owner: h.owner.clone(),
         mode: h.mode,

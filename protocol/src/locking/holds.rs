@@ -8,10 +8,10 @@ use conclave_lock_api::{LockLostReason, RequestId};
 use super::client::Held;
 use super::timers::Timer;
 use super::types::{HoldInfo, HoldStatus, LockNotice, Refusal};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
-impl LockService {
+impl LockMachine {
     /// The status of the lock acquired by `request`, if this member holds it.
     pub fn status(&self, now: Instant, request: RequestId) -> Option<HoldStatus> {
         self.cache_status(now, request).or_else(|| {

@@ -16,7 +16,7 @@
 //! idempotent. Acknowledgements for members that leave the view are dropped.
 //!
 //! Why 1 ms: shorter than the reliable layer's acknowledgement delay (2 ms in
-//! `reliable::Config::local()`, 10 ms by default), so a held-back acknowledgement that leaves on
+//! `reliable::ReliableConfig::local()`, 10 ms by default), so a held-back acknowledgement that leaves on
 //! its own carries the reliable layer's acknowledgement of the release too: never more
 //! datagrams than answering at once, and one fewer whenever another message to the member
 //! leaves within the delay.

@@ -12,7 +12,7 @@ use tracing::{debug, info};
 use super::config::PartitionPolicy;
 use super::lease::{scale, Support, Term};
 use super::types::{Authority, LockNotice, Refusal, MAX_TERM};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
 /// The `Majority` state of a lock service: its term while it grants, its promises, and since
@@ -35,7 +35,7 @@ pub(super) struct Majority {
     pub(super) service_without_term: bool,
 }
 
-impl LockService {
+impl LockMachine {
     /// Every input starts here: the process's birth, and whether this grantor's term lost its
     /// majority since the last input. A term that lapsed never serves again: while it lacked
     /// support, a later term may have served (a member in both majorities can restart and
@@ -315,7 +315,7 @@ impl LockService {
     }
 
     /// `Majority`: a term this member must write to stable storage before it sends what it
-    /// produced since the last call (it just promised it; see [`LockService::restore_term`]).
+    /// produced since the last call (it just promised it; see [`LockMachine::restore_term`]).
     #[must_use]
     pub fn poll_durable_term(&mut self) -> Option<u64> {
         self.majority.support.take_unsaved()

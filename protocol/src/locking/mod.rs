@@ -1,7 +1,7 @@
 //! Locking: the grantor's lock table, every member's client state, reconciliation when the
 //! grantor changes, duplicate locks after a merge, fencing tokens and partition policies.
 //!
-//! [`LockService`] is a sans-IO state machine, one per member. The membership layer tells it
+//! [`LockMachine`] is a sans-IO state machine, one per member. The membership layer tells it
 //! each new view; the coordinator of the view is the *grantor*. Every member is a *client* of
 //! the grantor: it sends LOCK / TRY_LOCK (`wait: false`) / CANCEL / UNLOCK and receives
 //! GRANTED / DENIED / UNLOCK-ACK / DUPLICATE-LOCK. A new grantor first *reconciles*: it asks
@@ -14,11 +14,11 @@
 //! use std::time::Duration;
 //! use conclave_lock_api::{LockMode, LockName, MemberId, View};
 //! use conclave_protocol::gms::ViewOrigin;
-//! use conclave_protocol::locking::{LockConfig, LockNotice, LockRequest, LockService};
+//! use conclave_protocol::locking::{LockConfig, LockNotice, LockRequest, LockMachine};
 //! use conclave_protocol::Instant;
 //!
 //! let me = MemberId::new(1, "solo", "127.0.0.1:7800".parse()?)?;
-//! let mut locks = LockService::new(me.clone(), LockConfig::local());
+//! let mut locks = LockMachine::new(me.clone(), LockConfig::local());
 //! let now = Instant::ZERO;
 //! // A view of one: this member is the grantor and reconciles with itself at once.
 //! locks.handle_view(now, &View::new(1, vec![me])?, ViewOrigin::Founded);
@@ -82,7 +82,7 @@ pub use types::{
 /// The locking state machine of one member: client of the grantor, and grantor when it
 /// coordinates. See the [module docs](self).
 #[derive(Debug)]
-pub struct LockService {
+pub struct LockMachine {
     local: MemberId,
     config: LockConfig,
     /// The current view, shared (cloned on every input that needs it by value).
@@ -95,7 +95,7 @@ pub struct LockService {
     cache: cache::NodeCache,
     outbox: Outbox,
     notices: VecDeque<LockNotice>,
-    /// Every deadline of the machine; [`LockService::poll_timeout`] is the earliest.
+    /// Every deadline of the machine; [`LockMachine::poll_timeout`] is the earliest.
     timers: TimerTable,
     /// The latest time seen in any input.
     last_now: Instant,
@@ -117,7 +117,12 @@ pub struct LockService {
     transfer: Transfer,
 }
 
-impl LockService {
+/// The lock service state machine by its earlier name (the front crate's `LockService` is the
+/// handle users hold; this is the protocol's machine behind it).
+#[deprecated(since = "0.1.0", note = "renamed `LockMachine`")]
+pub type LockService = LockMachine;
+
+impl LockMachine {
     /// A member's locking state; it does nothing until the first view.
     pub fn new(local: MemberId, config: LockConfig) -> Self {
         let lease = config.policy.is_majority().then_some(config.lease);
@@ -174,7 +179,7 @@ impl LockService {
         self.ask(now, request, false)
     }
 
-    /// Asks for a lock like [`LockService::lock`], but asks the grantor not to say that the
+    /// Asks for a lock like [`LockMachine::lock`], but asks the grantor not to say that the
     /// request was queued: the grantor queues it as any other, in order, and answers only
     /// with the grant or refusal.
     ///
@@ -252,7 +257,7 @@ impl LockService {
     }
 
     /// Releases the lock acquired by `request` for a caller that will not wait for the
-    /// acknowledgement (a guard dropped rather than unlocked): as [`LockService::unlock`], but
+    /// acknowledgement (a guard dropped rather than unlocked): as [`LockMachine::unlock`], but
     /// the release is sent *lazy*, and the grantor may hold its acknowledgement back for up to
     /// [`LAZY_ACK_DELAY`] to send it with its next message to this member instead of in a
     /// datagram of its own. [`LockNotice::Released`] still comes, that much later at most.
@@ -263,7 +268,7 @@ impl LockService {
         self.release(now, request, true)
     }
 
-    /// [`LockService::unlock`] (`lazy` false) or [`LockService::unlock_lazy`] (true).
+    /// [`LockMachine::unlock`] (`lazy` false) or [`LockMachine::unlock_lazy`] (true).
     pub(crate) fn release(
         &mut self,
         now: Instant,
@@ -366,7 +371,7 @@ impl LockService {
         self.notices.pop_front()
     }
 
-    /// When [`LockService::handle_timeout`] should next be called.
+    /// When [`LockMachine::handle_timeout`] should next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next_timeout()

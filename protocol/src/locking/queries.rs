@@ -7,7 +7,7 @@ use conclave_lock_api::wire::{LockMessage, TABLE_LOCKS_MAX};
 use conclave_lock_api::{GrantorTable, MemberId, View};
 
 use super::types::LockNotice;
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
 /// The table queries of this member that wait for their answer.
@@ -72,8 +72,8 @@ impl Queries {
     }
 }
 
-impl LockService {
-    /// The number [`LockService::query_table`] will return next (so a caller can register
+impl LockMachine {
+    /// The number [`LockMachine::query_table`] will return next (so a caller can register
     /// for the answer before it asks: the answer may come within the call).
     pub fn next_query(&self) -> u64 {
         self.queries.peek()

@@ -4,9 +4,9 @@ use conclave_lock_api::{FencingToken, LockMode, LockName};
 
 use super::cache::CachedGrant;
 use super::types::LockSabotage;
-use super::LockService;
+use super::LockMachine;
 
-impl LockService {
+impl LockMachine {
     /// Breaks the protocol on purpose (simulator tests of the checkers only).
     #[cfg(feature = "sim")]
     pub fn set_sabotage(&mut self, sabotage: LockSabotage) {

@@ -6,12 +6,12 @@ use tracing::info;
 
 use super::config::LockConfig;
 use super::types::{Authority, SERVICE_SHIFT};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
-impl LockService {
+impl LockMachine {
     /// The member's named lock service number `index` (from 1; 0 is the default service that
-    /// [`LockService::new`] makes). Its request ids and table queries start at
+    /// [`LockMachine::new`] makes). Its request ids and table queries start at
     /// `index << SERVICE_SHIFT`; under `Majority` it grants under the default service's term,
     /// which the owner passes in before every input (the endpoint does).
     pub fn for_service(local: MemberId, config: LockConfig, index: u64) -> Self {
@@ -76,7 +76,7 @@ impl LockService {
     /// A service opened in the member's current view takes over since when the member has
     /// been in views without a majority (its waits are refused a lease after that, not a
     /// lease after the service opened: regression seed 869 of the named-services band).
-    pub(crate) fn inherit_minority_since(&mut self, other: &LockService) {
+    pub(crate) fn inherit_minority_since(&mut self, other: &LockMachine) {
         if self.majority.minority_since.is_some() {
             self.majority.minority_since = other
                 .majority

@@ -5,10 +5,10 @@ use conclave_lock_api::wire::LockMessage;
 use conclave_lock_api::MemberId;
 
 use super::types::LockNotice;
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
-impl LockService {
+impl LockMachine {
     /// The grantor this member knows to be serving (see [`LockNotice::GrantorServing`]).
     pub fn serving_grantor(&self) -> Option<&MemberId> {
         self.serving_grantor.as_ref()

@@ -15,7 +15,7 @@ fn lock_name(s: &str) -> LockName {
 }
 
 struct Cluster {
-    nodes: BTreeMap<MemberId, LockService>,
+    nodes: BTreeMap<MemberId, LockMachine>,
     notices: BTreeMap<MemberId, Vec<LockNotice>>,
     now: Instant,
     /// Directed links that drop everything (heartbeats and messages).
@@ -37,7 +37,7 @@ impl Cluster {
     fn new(members: &[u8], config: LockConfig) -> Self {
         let nodes = members
             .iter()
-            .map(|n| (member(*n), LockService::new(member(*n), config.clone())))
+            .map(|n| (member(*n), LockMachine::new(member(*n), config.clone())))
             .collect();
         Self {
             nodes,
@@ -50,7 +50,7 @@ impl Cluster {
         }
     }
 
-    fn node(&mut self, n: u8) -> &mut LockService {
+    fn node(&mut self, n: u8) -> &mut LockMachine {
         self.nodes.get_mut(&member(n)).unwrap()
     }
 
@@ -947,7 +947,7 @@ impl Cluster {
     /// A fresh process (a new incarnation, as after a crash and restart) enters the harness.
     fn add(&mut self, n: u8, config: LockConfig) {
         self.nodes
-            .insert(member(n), LockService::new(member(n), config));
+            .insert(member(n), LockMachine::new(member(n), config));
     }
 
     /// Cuts every link between the two groups, both ways.

@@ -8,7 +8,7 @@ use conclave_lock_api::{MemberId, View};
 use tracing::debug;
 
 use super::types::{transfer_view, TransferRefused, ViewKey};
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
 /// How many transfer announcements of views not installed yet a member keeps.
@@ -79,7 +79,7 @@ impl Transfer {
     }
 }
 
-impl LockService {
+impl LockMachine {
     /// Asks for the grantor role of this member's view (Geode's `becomeLockGrantor`): the
     /// grantor hands its table over directly, with no reconciliation, and this member then
     /// grants its own owners' requests without a message. Requests that reach the former
@@ -87,7 +87,7 @@ impl LockService {
     /// askers the last one wins. The wish outlives view changes: a view change falls back to
     /// the new coordinator's reconciliation, and this member asks the new grantor again, until
     /// another member takes the role by asking for it. Done once
-    /// [`LockService::serving_grantor`] is this member ([`LockNotice::GrantorServing`](super::LockNotice::GrantorServing)).
+    /// [`LockMachine::serving_grantor`] is this member ([`LockNotice::GrantorServing`](super::LockNotice::GrantorServing)).
     ///
     /// # Errors
     /// [`TransferRefused::Majority`] under `Majority`.
@@ -314,7 +314,7 @@ impl LockService {
     }
 
     /// The table of the coordinator that left and handed this member the view: served at
-    /// once, ending the reconciliation (`Available` only; see [`LockService::leave`]).
+    /// once, ending the reconciliation (`Available` only; see [`LockMachine::leave`]).
     pub(super) fn on_handover(&mut self, now: Instant, handoff: LockMessage) {
         self.transfer.handover_from = None;
         let Some(view) = self.view.clone() else {
@@ -390,7 +390,7 @@ impl LockService {
         self.outbox.push_back((grantor, report));
     }
 
-    /// The member leaves its view (call it after [`LockService::shutdown`]): it grants nothing
+    /// The member leaves its view (call it after [`LockMachine::shutdown`]): it grants nothing
     /// more, whatever reaches it. A coordinator that hands its view to the next member
     /// (`next`: [`crate::gms::Gms::handover`]) hands its lock table over with it under
     /// `Available`, to the coordinator of `next`, which then serves at once instead of waiting

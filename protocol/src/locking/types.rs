@@ -12,7 +12,7 @@ use conclave_lock_api::{
 use thiserror::Error;
 
 #[cfg(doc)]
-use super::LockService;
+use super::LockMachine;
 use crate::time::Instant;
 
 /// The shortest lease of a hold (`LockRequest::lease`).
@@ -32,7 +32,7 @@ pub fn service_index(id: u64) -> u64 {
 }
 
 /// `Majority`, named services: the right to grant of the member's default service, lent to
-/// its named services (see [`LockService::for_service`]). Under `Majority` the right to grant
+/// its named services (see [`LockMachine::for_service`]). Under `Majority` the right to grant
 /// is a majority's promise to the view's coordinator, a property of the member, not of a
 /// namespace: every service of the coordinator grants under the one term.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct LockRequest {
     pub timeout: Option<Duration>,
     /// The hold's own lease: the grantor frees the lock this long after it grants it, unless
     /// it is released first; the holder counts it lost earlier (see
-    /// [`LockService::lock`]). `None`: held until released. Leased requests bypass node
+    /// [`LockMachine::lock`]). `None`: held until released. Leased requests bypass node
     /// caching.
     pub lease: Option<Duration>,
 }
@@ -178,7 +178,7 @@ pub enum LockNotice {
         /// The serving grantor, if one is known.
         grantor: Option<MemberId>,
     },
-    /// The answer to [`LockService::query_table`]: the grantor's lock table, or `None` if no
+    /// The answer to [`LockMachine::query_table`]: the grantor's lock table, or `None` if no
     /// grantor could answer (none serving, or the grantor changed before it answered).
     Table {
         /// The query.
@@ -201,7 +201,7 @@ pub enum LockNotice {
     },
 }
 
-/// [`LockService::become_grantor`] was refused.
+/// [`LockMachine::become_grantor`] was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum TransferRefused {

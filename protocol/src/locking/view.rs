@@ -7,11 +7,11 @@ use conclave_lock_api::{LockLostReason, MemberId, View};
 use tracing::debug;
 
 use super::types::ViewKey;
-use super::LockService;
+use super::LockMachine;
 use crate::gms::ViewOrigin;
 use crate::time::Instant;
 
-impl LockService {
+impl LockMachine {
     /// A new view was installed at this member.
     pub fn handle_view(&mut self, now: Instant, view: &View, origin: ViewOrigin) {
         self.enter(now);
@@ -19,7 +19,7 @@ impl LockService {
         self.transfer.view_changed();
         let previous_grantor = self.client.grantor().cloned();
         // A view handed to this member by its coordinator on leaving: that coordinator's
-        // table may follow it (`LockService::leave`).
+        // table may follow it (`LockMachine::leave`).
         self.transfer.handover_from = self
             .view
             .as_ref()

@@ -11,19 +11,19 @@ use thiserror::Error;
 /// what a flooding peer can make us allocate for bookkeeping.
 pub const MAX_WINDOW: u32 = 1 << 16;
 
-/// Tuning of [`super::Reliable`]. Every field is public; [`Config::validate`] says whether a
+/// Tuning of [`super::Reliable`]. Every field is public; [`ReliableConfig::validate`] says whether a
 /// combination is usable.
 ///
 /// ```
 /// use std::time::Duration;
-/// use conclave_protocol::reliable::Config;
+/// use conclave_protocol::reliable::ReliableConfig;
 ///
-/// let config = Config { retransmit_timeout: Duration::from_millis(50), ..Config::lan() };
+/// let config = ReliableConfig { retransmit_timeout: Duration::from_millis(50), ..ReliableConfig::lan() };
 /// config.validate()?;
 /// # Ok::<(), conclave_protocol::reliable::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct ReliableConfig {
     /// Time from the transmission of a segment to its first retransmission when no
     /// acknowledgement arrived. Range: above zero. Default: 100 ms.
     ///
@@ -88,7 +88,7 @@ pub struct Config {
     pub ack_delay: Duration,
 }
 
-impl Default for Config {
+impl Default for ReliableConfig {
     fn default() -> Self {
         Self {
             retransmit_timeout: Duration::from_millis(100),
@@ -104,7 +104,7 @@ impl Default for Config {
     }
 }
 
-impl Config {
+impl ReliableConfig {
     /// For a local-area network: the defaults.
     pub fn lan() -> Self {
         Self::default()
@@ -196,7 +196,7 @@ impl Config {
     }
 }
 
-/// A [`Config`] field is out of its range.
+/// A [`ReliableConfig`] field is out of its range.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -263,18 +263,18 @@ mod tests {
 
     #[test]
     fn defaults_and_presets_are_valid() {
-        Config::default().validate().unwrap();
-        Config::lan().validate().unwrap();
-        Config::local().validate().unwrap();
-        assert_eq!(Config::default().max_message_len, MAX_MESSAGE_LEN);
+        ReliableConfig::default().validate().unwrap();
+        ReliableConfig::lan().validate().unwrap();
+        ReliableConfig::local().validate().unwrap();
+        assert_eq!(ReliableConfig::default().max_message_len, MAX_MESSAGE_LEN);
     }
 
     #[test]
     fn invalid_fields_are_reported() {
-        let bad = Config {
+        let bad = ReliableConfig {
             send_window: 300,
             recv_window: 256,
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         assert_eq!(
             bad.validate(),
@@ -283,22 +283,22 @@ mod tests {
                 recv_window: 256
             })
         );
-        let bad = Config {
+        let bad = ReliableConfig {
             retransmit_timeout: Duration::ZERO,
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         assert_eq!(bad.validate(), Err(ConfigError::ZeroRetransmitTimeout));
-        let bad = Config {
+        let bad = ReliableConfig {
             max_retransmit_timeout: Duration::from_millis(1),
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         assert!(matches!(
             bad.validate(),
             Err(ConfigError::BackoffCapBelowTimeout { .. })
         ));
-        let bad = Config {
+        let bad = ReliableConfig {
             recv_window: 0,
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         assert!(matches!(
             bad.validate(),
@@ -307,28 +307,28 @@ mod tests {
                 ..
             })
         ));
-        let bad = Config {
+        let bad = ReliableConfig {
             max_message_len: MAX_MESSAGE_LEN + 1,
-            ..Config::default()
+            ..ReliableConfig::default()
         };
         assert!(matches!(
             bad.validate(),
             Err(ConfigError::MessageLenAboveWireLimit { .. })
         ));
-        let bad = Config {
-            ack_delay: Config::default().retransmit_timeout,
-            ..Config::default()
+        let bad = ReliableConfig {
+            ack_delay: ReliableConfig::default().retransmit_timeout,
+            ..ReliableConfig::default()
         };
         assert!(matches!(
             bad.validate(),
             Err(ConfigError::AckDelayNotBelowTimeout { .. })
         ));
-        Config::local().validate().unwrap();
+        ReliableConfig::local().validate().unwrap();
     }
 
     #[test]
     fn sanitized_is_valid() {
-        let bad = Config {
+        let bad = ReliableConfig {
             retransmit_timeout: Duration::ZERO,
             max_retransmit_timeout: Duration::ZERO,
             send_window: 0,
@@ -340,6 +340,9 @@ mod tests {
             ack_delay: Duration::MAX,
         };
         bad.sanitized().validate().unwrap();
-        assert_eq!(Config::default().sanitized(), Config::default());
+        assert_eq!(
+            ReliableConfig::default().sanitized(),
+            ReliableConfig::default()
+        );
     }
 }

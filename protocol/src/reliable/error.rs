@@ -7,12 +7,12 @@ use thiserror::Error;
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum SendError {
-    /// The message is longer than `Config::max_message_len`.
+    /// The message is longer than `ReliableConfig::max_message_len`.
     #[error("message of {len} bytes exceeds the limit of {max} bytes; nothing was queued")]
     TooLarge {
         /// Length of the message.
         len: usize,
-        /// The limit, `Config::max_message_len`.
+        /// The limit, `ReliableConfig::max_message_len`.
         max: usize,
     },
     /// The peer already has this many bytes queued or in flight; retry once acknowledgements
@@ -21,13 +21,13 @@ pub enum SendError {
     QueueFull {
         /// Payload bytes queued or unacknowledged to the peer.
         queued: usize,
-        /// The limit, `Config::max_queued_bytes`.
+        /// The limit, `ReliableConfig::max_queued_bytes`.
         max: usize,
     },
-    /// The peer is new and `Config::max_peers` peer states exist already.
+    /// The peer is new and `ReliableConfig::max_peers` peer states exist already.
     #[error("peer table full ({max} peers); nothing was queued")]
     TooManyPeers {
-        /// The limit, `Config::max_peers`.
+        /// The limit, `ReliableConfig::max_peers`.
         max: usize,
     },
     /// The destination is this member itself; deliver locally instead.

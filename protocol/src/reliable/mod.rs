@@ -18,7 +18,7 @@
 //!   earlier state: that is what makes forgetting idle peers safe.
 //! - **Acknowledgements** are cumulative (`next_expected`) and owed after every data segment.
 //!   One rides on the next data segment to the peer (a grant acknowledges its request); a
-//!   lone [`Frame::Ack`] goes out only when no data came within [`Config::ack_delay`], or at
+//!   lone [`Frame::Ack`] goes out only when no data came within [`ReliableConfig::ack_delay`], or at
 //!   once on the fourth datagram received in order since the last acknowledgement
 //!   ([`ACK_AT_ONCE_EVERY`]; a bundle is one), for a segment out of order or seen before, and
 //!   for one that fills a gap.
@@ -34,7 +34,7 @@
 //!
 //! Exactly-once delivery holds for the life of a receive state. A state forgotten while its
 //! last acknowledgements were still lost (see [`Reliable::remove_peer`] and
-//! [`Config::idle_timeout`]) restarts at the sender's `base` and may deliver those last
+//! [`ReliableConfig::idle_timeout`]) restarts at the sender's `base` and may deliver those last
 //! messages again; idle eviction only forgets a peer silent for `idle_timeout`, so this needs a
 //! partition longer than that which the membership layer did not act on.
 //!
@@ -46,7 +46,7 @@
 //! ```
 //! use conclave_lock_api::wire::{Frame, PACKET_OVERHEAD_MAX};
 //! use conclave_lock_api::MemberId;
-//! use conclave_protocol::reliable::{Config, Reliable};
+//! use conclave_protocol::reliable::{ReliableConfig, Reliable};
 //! use conclave_protocol::Instant;
 //!
 //! let ids = [
@@ -55,7 +55,7 @@
 //! ];
 //! // Payload bytes per segment: the datagram size less the packet overhead.
 //! let fragment_len = 1400 - PACKET_OVERHEAD_MAX;
-//! let mut nodes = ids.clone().map(|id| Reliable::new(id, Config::default(), fragment_len));
+//! let mut nodes = ids.clone().map(|id| Reliable::new(id, ReliableConfig::default(), fragment_len));
 //!
 //! let mut now = Instant::ZERO;
 //! nodes[0].send(now, &ids[1], b"hello".to_vec())?;
@@ -117,7 +117,11 @@ use conclave_lock_api::wire::{
 use conclave_lock_api::MemberId;
 use tracing::{debug, trace, warn};
 
-pub use config::{Config, ConfigError, MAX_WINDOW};
+pub use config::{ConfigError, ReliableConfig, MAX_WINDOW};
+
+/// The reliable layer's settings by their earlier name.
+#[deprecated(since = "0.1.0", note = "renamed `ReliableConfig`")]
+pub type Config = ReliableConfig;
 pub use error::SendError;
 pub use stats::Stats;
 
@@ -147,7 +151,7 @@ pub const MAX_FRAGMENT_LEN: usize = MAX_PACKET_LEN - PACKET_OVERHEAD_MAX;
 /// See the [module docs](self) for the protocol and the drive loop.
 pub struct Reliable {
     local: MemberId,
-    config: Config,
+    config: ReliableConfig,
     max_fragment_len: usize,
     /// The number of the next send stream; only increases.
     next_stream: u64,
@@ -171,8 +175,8 @@ impl Reliable {
     /// `max_fragment_len` is the payload bytes per segment: the largest datagram the transport
     /// carries less [`PACKET_OVERHEAD_MAX`]; it is clamped to `1..=`[`MAX_FRAGMENT_LEN`].
     /// An invalid `config` is clamped into range with a warning; check it first with
-    /// [`Config::validate`].
-    pub fn new(local: MemberId, config: Config, max_fragment_len: usize) -> Self {
+    /// [`ReliableConfig::validate`].
+    pub fn new(local: MemberId, config: ReliableConfig, max_fragment_len: usize) -> Self {
         if let Err(error) = config.validate() {
             warn!(%error, "invalid reliable-layer configuration clamped into range");
         }
@@ -198,8 +202,8 @@ impl Reliable {
     ///
     /// # Errors
     /// Nothing is queued and no state changes when the message is longer than
-    /// `Config::max_message_len` ([`SendError::TooLarge`]), when the peer's queue holds
-    /// `Config::max_queued_bytes` already ([`SendError::QueueFull`]; a peer with an empty queue
+    /// `ReliableConfig::max_message_len` ([`SendError::TooLarge`]), when the peer's queue holds
+    /// `ReliableConfig::max_queued_bytes` already ([`SendError::QueueFull`]; a peer with an empty queue
     /// accepts any one message), when `to` is a new peer and the peer table is full
     /// ([`SendError::TooManyPeers`]), or when `to` is this member ([`SendError::ToSelf`]).
     pub fn send(&mut self, now: Instant, to: &MemberId, message: Vec<u8>) -> Result<(), SendError> {
@@ -565,7 +569,7 @@ impl Reliable {
     }
 
     /// The configuration in force (after clamping).
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &ReliableConfig {
         &self.config
     }
 

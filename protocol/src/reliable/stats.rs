@@ -22,7 +22,7 @@ pub struct Stats {
     /// Segments and acknowledgements of the past: for a previous incarnation of this member,
     /// of an older stream, or from a peer incarnation that has since restarted.
     pub stale_dropped: u64,
-    /// Segments from new peers dropped because `Config::max_peers` peer states exist.
+    /// Segments from new peers dropped because `ReliableConfig::max_peers` peer states exist.
     pub peer_limit_dropped: u64,
     /// Acknowledgements handed out by `poll_transmit` as frames of their own.
     pub acks_sent: u64,
@@ -32,7 +32,7 @@ pub struct Stats {
     pub acks_received: u64,
     /// Messages handed out by `poll_delivered` (or queued for it).
     pub messages_delivered: u64,
-    /// Peer states forgotten after `Config::idle_timeout` without traffic.
+    /// Peer states forgotten after `ReliableConfig::idle_timeout` without traffic.
     pub peers_evicted: u64,
     /// Peer states dropped because the peer restarted (same address, new incarnation).
     pub peers_restarted: u64,

@@ -17,17 +17,17 @@ fn ms(n: u64) -> Instant {
 
 /// Small windows, and every segment acknowledged at once (the tests of delayed and
 /// piggybacked acknowledgements set their own delay).
-fn config() -> Config {
-    Config {
+fn config() -> ReliableConfig {
+    ReliableConfig {
         send_window: 8,
         recv_window: 8,
         ack_delay: Duration::ZERO,
-        ..Config::default()
+        ..ReliableConfig::default()
     }
 }
 
-fn delayed_acks() -> Config {
-    Config {
+fn delayed_acks() -> ReliableConfig {
+    ReliableConfig {
         ack_delay: Duration::from_millis(10),
         ..config()
     }
@@ -150,7 +150,7 @@ fn every_fourth_datagram_is_acknowledged_at_once() {
 
 #[test]
 fn a_window_below_four_is_acknowledged_when_full() {
-    let config = Config {
+    let config = ReliableConfig {
         send_window: 2,
         recv_window: 2,
         ..delayed_acks()
@@ -207,7 +207,7 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(config: Config, fragment_len: usize) -> Self {
+    fn new(config: ReliableConfig, fragment_len: usize) -> Self {
         let (ida, idb) = (member(1, 1), member(2, 2));
         Self {
             a: Reliable::new(ida.clone(), config.clone(), fragment_len),
@@ -331,7 +331,7 @@ fn reordered_segments_are_delivered_in_order() {
 
 #[test]
 fn lost_segment_is_retransmitted_with_backoff_up_to_the_cap() {
-    let config = Config {
+    let config = ReliableConfig {
         retransmit_timeout: Duration::from_millis(100),
         max_retransmit_timeout: Duration::from_millis(500),
         ..config()
@@ -409,7 +409,7 @@ fn segments_beyond_the_receive_window_are_dropped() {
 
 #[test]
 fn queue_bound_returns_queue_full() {
-    let config = Config {
+    let config = ReliableConfig {
         max_queued_bytes: 100,
         ..config()
     };
@@ -434,7 +434,7 @@ fn queue_bound_returns_queue_full() {
 
 #[test]
 fn send_errors() {
-    let config = Config {
+    let config = ReliableConfig {
         max_message_len: 50,
         max_peers: 1,
         ..config()
@@ -454,7 +454,7 @@ fn send_errors() {
         Err(SendError::TooManyPeers { max: 1 })
     );
     // Segments from a new peer beyond the limit are dropped too.
-    let mut c = Reliable::new(member(3, 3), Config::default(), 10);
+    let mut c = Reliable::new(member(3, 3), ReliableConfig::default(), 10);
     c.send(ms(0), &p.ida, b"hi".to_vec()).unwrap();
     for s in data(&mut c) {
         p.a.handle_segment(ms(0), &member(3, 3), s);
@@ -465,7 +465,7 @@ fn send_errors() {
 
 #[test]
 fn malformed_segments_are_dropped_without_panic() {
-    let config = Config {
+    let config = ReliableConfig {
         max_message_len: 1000,
         ..config()
     };
@@ -640,7 +640,7 @@ fn evicted_receiver_recovers_through_base() {
 
 #[test]
 fn idle_peers_are_evicted_and_streams_restart_cleanly() {
-    let config = Config {
+    let config = ReliableConfig {
         idle_timeout: Duration::from_secs(8),
         ..config()
     };
@@ -664,7 +664,7 @@ fn idle_peers_are_evicted_and_streams_restart_cleanly() {
 
 #[test]
 fn busy_peers_are_not_evicted() {
-    let config = Config {
+    let config = ReliableConfig {
         idle_timeout: Duration::from_secs(1),
         max_retransmit_timeout: Duration::from_secs(1),
         ..config()
@@ -809,9 +809,9 @@ fn fragment_length_is_clamped_to_what_the_wire_carries() {
     let r = Reliable::new(member(1, 1), config(), 0);
     assert_eq!(r.max_fragment_len(), 1);
     // An invalid configuration is clamped, not refused.
-    let bad = Config {
+    let bad = ReliableConfig {
         send_window: 0,
-        ..Config::default()
+        ..ReliableConfig::default()
     };
     let r = Reliable::new(member(1, 1), bad, 10);
     assert_eq!(r.config().send_window, 1);

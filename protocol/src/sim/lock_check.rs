@@ -24,7 +24,7 @@ use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, RequestId, S
 use super::slot::SlotState;
 use super::{Simulation, Violation};
 use crate::endpoint::Endpoint;
-use crate::locking::{CachedGrant, HoldStatus, LockNotice, LockService};
+use crate::locking::{CachedGrant, HoldStatus, LockMachine, LockNotice};
 
 /// The last grant of a token key (see [`Simulation::check_tokens`]).
 #[derive(Debug)]
@@ -88,7 +88,7 @@ impl Grant {
 
 /// Every lock service of a member: the default one (`None`), then the named ones. Each is an
 /// independent namespace with its own grantor, so every checker judges each on its own.
-fn services(endpoint: &Endpoint) -> impl Iterator<Item = (Option<&ServiceName>, &LockService)> {
+fn services(endpoint: &Endpoint) -> impl Iterator<Item = (Option<&ServiceName>, &LockMachine)> {
     std::iter::once((None, endpoint.locks()))
         .chain(endpoint.services().map(|(name, locks)| (Some(name), locks)))
 }
@@ -266,7 +266,7 @@ impl Simulation {
             // Per service, the grantor's grants and the local grants from node grants in the
             // order made: a local grant follows the grantor's grant it counted (`after`).
             let mut log: Vec<(Option<ServiceName>, Grant)> = Vec::new();
-            let mut take = |service: Option<ServiceName>, locks: &mut LockService| {
+            let mut take = |service: Option<ServiceName>, locks: &mut LockMachine| {
                 let mut ordered: Vec<((u64, bool), Grant)> = Vec::new();
                 for (seq, name, token, known, mode) in locks.take_grant_log() {
                     let grant = Grant::plain(name, token, known, mode, grantor);
@@ -484,14 +484,14 @@ impl Simulation {
         fn of<'a>(
             endpoint: &'a Endpoint,
             service: Option<&ServiceName>,
-        ) -> Option<&'a LockService> {
+        ) -> Option<&'a LockMachine> {
             match service {
                 None => Some(endpoint.locks()),
                 Some(name) => endpoint.service(name),
             }
         }
         let endpoints = || self.slots.iter().filter_map(|slot| slot.endpoint.as_ref());
-        if !endpoints().any(|e| of(e, service).is_some_and(LockService::is_serving)) {
+        if !endpoints().any(|e| of(e, service).is_some_and(LockMachine::is_serving)) {
             return Ok(());
         }
         let mut believed: BTreeSet<(MemberId, RequestId)> = BTreeSet::new();

@@ -18,7 +18,7 @@ use conclave_lock_api::{
 };
 use conclave_protocol::locking::{LockNotice, Refusal};
 use conclave_protocol::{Endpoint, EndpointEvent, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, trace, warn};
 
 use crate::contention::Contention;
 use crate::durable::TermFile;
@@ -273,6 +273,8 @@ impl Shared {
                         front.wake_destroy();
                     }
                 }
+                // An event of a newer protocol crate this front end does not know yet.
+                other => trace!(member = %self.endpoint.local(), ?other, "event ignored"),
             }
         }
         if self.persist_promises() {
@@ -435,6 +437,8 @@ impl Shared {
                     effects,
                 );
             }
+            // A notice of a newer protocol crate this front end does not know yet.
+            other => trace!(member = %self.endpoint.local(), ?other, "notice ignored"),
         }
     }
 

@@ -378,6 +378,7 @@ fn spawn_member(
                             | LockNotice::Unexpected { .. }
                             | LockNotice::GrantorServing { .. }
                             | LockNotice::Table { .. } => continue,
+                            _ => continue,
                         };
                         if let Some(tx) = waiting.get(&request) {
                             let _ = tx.send(notice);
@@ -387,6 +388,7 @@ fn spawn_member(
                     EndpointEvent::ServiceLock { .. }
                     | EndpointEvent::Left
                     | EndpointEvent::JoinProblem(_) => {}
+                    _ => {}
                 }
             }
             let wait = endpoint

@@ -68,9 +68,7 @@ impl Cluster {
                         EndpointEvent::ServiceLock { service, notice } => {
                             self.notices[from].push((Some(service), notice));
                         }
-                        EndpointEvent::ViewInstalled { .. }
-                        | EndpointEvent::Left
-                        | EndpointEvent::JoinProblem(_) => {}
+                        _ => {}
                     }
                 }
             }

@@ -75,6 +75,7 @@ pub struct Transmit {
 
 /// Something the application should know about.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EndpointEvent {
     /// A new view was installed at this member.
     ViewInstalled {

@@ -41,6 +41,7 @@ pub enum GmsOutput {
 
 /// How a view came to be, from the point of view of the member that installed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ViewOrigin {
     /// This member founded a new cluster (a view of one).
     Founded,
@@ -56,6 +57,7 @@ pub enum ViewOrigin {
 
 /// Something that happened to this member's membership.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GmsEvent {
     /// A new view was installed.
     ViewInstalled {
@@ -73,6 +75,7 @@ pub enum GmsEvent {
 
 /// Why a joiner has not joined, as [`GmsEvent::JoinProblem`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JoinProblem {
     /// For the discovery timeout it heard of no cluster and no other joiner, and its
     /// [`Founding`](super::Founding) rule forbids founding alone.
@@ -112,6 +115,7 @@ impl std::fmt::Display for JoinProblem {
 
 /// Where a member is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MembershipState {
     /// Created, [`Gms::join`](super::Gms::join) not yet called.
     Idle,

@@ -120,6 +120,7 @@ pub enum HoldStatus {
 
 /// Something the owner of a request or lock must know.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LockNotice {
     /// The request was granted.
     Granted {

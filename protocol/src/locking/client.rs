@@ -542,7 +542,7 @@ impl Client {
         }
         if moved {
             // A grantor we come (back) to may still hold what we released elsewhere meanwhile
-            // (regression seed 46160): tell it what we hold and wait for, after the resends.
+            // tell it what we hold and wait for, after the resends.
             out.push_back((
                 grantor,
                 LockMessage::Holding {

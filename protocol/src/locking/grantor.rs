@@ -451,8 +451,7 @@ impl Grantor {
         // grantor that stays grantor moves its tokens' high half up to the new view's epoch
         // (its counter keeps them increasing), so they rank with the epochs views are numbered
         // by. Otherwise the side that kept the coordinator, which reconciles nothing when a
-        // member is cut off, would grant below the cut-off member's takeover view (issue 30,
-        // finding 6, found by review).
+        // member is cut off, would grant below the cut-off member's takeover view.
         if ctx.term.is_none() {
             self.epoch = self.epoch.max(ctx.view.epoch());
         }

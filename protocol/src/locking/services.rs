@@ -27,8 +27,8 @@ impl LockMachine {
     pub(crate) fn authority(&mut self, now: Instant) -> Authority {
         self.enter(now);
         // A term that lapsed just now began a new one: its reconciliation asks this member
-        // too, and a message to itself goes nowhere unless it is handled here (regression
-        // seed 19 of the named-services band, Majority: the grantor lost its own waits).
+        // too, and a message to itself goes nowhere unless it is handled here (else, under
+        // `Majority`, the grantor loses its own waits).
         self.pump(now);
         let (window, size) = (self.support_window(), self.cluster_size());
         let term = self
@@ -75,7 +75,7 @@ impl LockMachine {
 
     /// A service opened in the member's current view takes over since when the member has
     /// been in views without a majority (its waits are refused a lease after that, not a
-    /// lease after the service opened: regression seed 869 of the named-services band).
+    /// lease after the service opened).
     pub(crate) fn inherit_minority_since(&mut self, other: &LockMachine) {
         if self.majority.minority_since.is_some() {
             self.majority.minority_since = other

@@ -175,8 +175,8 @@ impl LockMachine {
             let installed = self.view.as_deref().map(View::epoch);
             if installed.is_none_or(|installed| *epoch > installed) {
                 // Before its view is installed here (the new grantor may even be new to the
-                // view; this member may have no view yet, a joiner: regression seed 264 of
-                // the named-services band, harsh): applied when that very view is.
+                // view; this member may have no view yet, a joiner): applied when that very
+                // view is.
                 let key = ViewKey {
                     epoch: *epoch,
                     coordinator: *coordinator,
@@ -374,8 +374,7 @@ impl LockMachine {
     /// Tells a grantor the role was transferred to what this member holds, as a late report
     /// of the view `epoch`: the reconciliation of the view may have finished without this
     /// member's report (it timed out) and its report then reached a grantor that had handed
-    /// the table over, which applies nothing (regression seed 94 of the named-services band,
-    /// harsh). The new grantor merges what it does not know through the duplicate rule, like
+    /// the table over, which applies nothing. The new grantor merges what it does not know through the duplicate rule, like
     /// any late report; what it knows already is left as it is.
     pub(super) fn report_holds_to(&mut self, now: Instant, grantor: MemberId, epoch: u64) {
         if !self.client.has_held() {

@@ -139,8 +139,8 @@ impl Client {
             // A grant of an earlier turn of this view, made before that grantor handed
             // its table over: the table, this grant in it, went to our grantor, and
             // the former grantor applies nothing now (a give-back sent there would be
-            // lost, the hold left in our grantor's table: regression seed 499 of the
-            // named-services band). A request still pending or cancelled is settled
+            // lost, the hold left in our grantor's table). A request still pending or
+            // cancelled is settled
             // with our grantor by its resend; anything else is given back there.
             notices.push_back(self.unexpected(request, &name, token, UnexpectedGrant::NotGrantor));
             let settled =
@@ -167,7 +167,7 @@ impl Client {
             // token, which the release must name. Not the higher of the two: after a
             // split the hold may come from another lineage with higher tokens, and a
             // release naming that token would leave this grant in the table for
-            // ever (regression seed 42087, harsh, `Available`).
+            // ever.
             held.table_token = token;
             return true;
         }

@@ -165,8 +165,7 @@ impl Grantor {
     ) {
         let keep: BTreeSet<RequestId> = held.into_iter().chain(pending).collect();
         // Requests made after the statement was sent are not spoken for: it may come
-        // late (from before the member left this grantor and came back, regression
-        // seed 70 of the transfer band).
+        // late (from before the member left this grantor and came back).
         let touched = self
             .table
             .retain_member(from, |r| keep.contains(&r) || upto.is_some_and(|u| r > u));

@@ -33,8 +33,8 @@ impl LockMachine {
         // Under `Available`, a member that comes into the view may hold locks of another
         // lineage: one admitted as a joiner may have led a partition of its own and granted
         // there (a join request of its, sent long before and delivered after the partition
-        // healed, does that), and what a
-        // join request says of its sender is only true when it was sent. So the coordinator
+        // healed, does that), and what a join request says of its sender is only true when it
+        // was sent. So the coordinator
         // reconciles every view that admits members, as after a merge: the admitted member's
         // holds meet the others' in a view of their own, through the duplicate rule. (Under
         // `Majority` a member outside every majority holds nothing, and `gained_majority`

@@ -30,7 +30,7 @@ use crate::wire::TableLock;
 pub struct Acquire {
     /// The lock.
     pub name: LockName,
-    /// The local owner number (from [`LockBackend::new_owner`]) the hold will belong to.
+    /// The local owner number (from [`RawLockBackend::new_owner`]) the hold will belong to.
     pub owner: u64,
     /// Exclusive or shared.
     pub mode: LockMode,
@@ -42,7 +42,7 @@ pub struct Acquire {
     /// The hold's own lease (`None`: held until released). The backend frees the lock this
     /// long after granting it unless it is released first, and the hold turns
     /// [`LockStatus::Lost`] with [`LockLostReason::LeaseExpired`] no later than that, on this
-    /// member's clock (see [`LockBackend::extend_lease`]).
+    /// member's clock (see [`RawLockBackend::extend_lease`]).
     pub lease: Option<Duration>,
 }
 
@@ -63,7 +63,7 @@ pub enum LockStatus {
 }
 
 /// A lock held on this member was lost without its owner releasing it; what unexpected-status
-/// handlers ([`LockBackend::on_lock_lost`]) are told.
+/// handlers ([`ClusterBackend::on_lock_lost`]) are told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockLost {
@@ -98,7 +98,7 @@ impl LockLost {
 pub type LostHandler = Arc<dyn Fn(&LockLost) + Send + Sync + 'static>;
 
 /// A grant reached this member that its owner did not expect (the jgroups-raft "unexpected
-/// locking" case); what [`LockBackend::on_unexpected_lock`] handlers are told. The backend
+/// locking" case); what [`ClusterBackend::on_unexpected_lock`] handlers are told. The backend
 /// resolved it safely before reporting it: the owner holds nothing because of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,7 +133,7 @@ impl UnexpectedLock {
 /// A handler called when a grant reaches this member unexpectedly.
 pub type UnexpectedHandler = Arc<dyn Fn(&UnexpectedLock) + Send + Sync + 'static>;
 
-/// A lock held on a member, as [`LockBackend::holds`] lists it.
+/// A lock held on a member, as [`RawLockBackend::holds`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HeldLock {
@@ -169,7 +169,7 @@ impl HeldLock {
 }
 
 /// A grantor's lock table, for inspection: what an operator's dashboard or a CLI status
-/// command reads ([`LockBackend::request_table`]). Its `Display` is a printable table.
+/// command reads ([`ClusterBackend::request_table`]). Its `Display` is a printable table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantorTable {
@@ -241,32 +241,47 @@ impl fmt::Display for GrantorTable {
     }
 }
 
-/// What grants locks to the front end: the seam every backend implements.
+/// What grants locks to the front end: the seam every backend implements, in two halves.
 ///
 /// The front end (`conclave`'s `DistributedMutex`, `ReentrantLock`, `RwLock`, their guards,
-/// lock events and handlers) is written once on this trait. It is synchronous, poll-based and
-/// object-safe, shaped like a `RawMutex`: the front end owns the futures and the guards; a
-/// backend records requests and wakes the [`Waker`](std::task::Waker)s it was given when
-/// their answer changes. Every method is callable from any thread, from a user's task and from
-/// `Drop`, and none of them blocks.
+/// lock events and handlers) is written once on `dyn LockBackend`. A backend implements its
+/// two halves, and is a `LockBackend` by that alone:
+///
+/// - [`RawLockBackend`]: the locks of this member, shaped like parking_lot's `RawMutex` —
+///   register a request, poll its grant, release or cancel, watch a hold's status and loss;
+/// - [`ClusterBackend`]: the cluster around them — views, the grantor, its table, events and
+///   handlers, named services, shutdown.
+///
+/// Both are synchronous, poll-based and object-safe: the front end owns the futures and the
+/// guards; a backend records requests and wakes the [`Waker`](std::task::Waker)s it was given
+/// when their answer changes. Every method is callable from any thread, from a user's task and
+/// from `Drop`, and none of them blocks. A backend in one process (`conclave`'s local backend)
+/// implements both in a few hundred lines; the conformance suite (`tests/` in the repository)
+/// runs every scenario against every backend.
+pub trait LockBackend: RawLockBackend + ClusterBackend {}
+
+impl<T: RawLockBackend + ClusterBackend> LockBackend for T {}
+
+/// The locks of one member: the half of [`LockBackend`] a request goes through, shaped like
+/// parking_lot's `RawMutex` (the front end owns the futures and the guards).
 ///
 /// # The life of a request
-/// 1. [`LockBackend::submit`] registers a request and returns its [`RequestId`].
-/// 2. [`LockBackend::poll_grant`] is polled until it is ready: `Ok(token)` means the
+/// 1. [`RawLockBackend::submit`] registers a request and returns its [`RequestId`].
+/// 2. [`RawLockBackend::poll_grant`] is polled until it is ready: `Ok(token)` means the
 ///    request's owner holds the lock (the request is now a *hold*); `Err` means it does not,
 ///    and the backend has forgotten the request.
-/// 3. A hold ends in one of two ways: [`LockBackend::release`] (an explicit unlock), then
-///    [`LockBackend::poll_released`] until the release is acknowledged; or
-///    [`LockBackend::cancel`] (a dropped guard).
-/// 4. [`LockBackend::cancel`] may be called at any step, any number of times: it undoes what
+/// 3. A hold ends in one of two ways: [`RawLockBackend::release`] (an explicit unlock), then
+///    [`RawLockBackend::poll_released`] until the release is acknowledged; or
+///    [`RawLockBackend::cancel`] (a dropped guard).
+/// 4. [`RawLockBackend::cancel`] may be called at any step, any number of times: it undoes what
 ///    the request holds or waits for, without waiting, and forgets it. A request whose future
 ///    is dropped is cancelled; so is a hold whose guard is dropped, and a release whose
 ///    acknowledgement nobody waits for any more.
 ///
-/// While a hold lasts, [`LockBackend::status`] says what its owner should believe, and
-/// [`LockBackend::poll_lost`] resolves if the hold is lost without being released. Requests
+/// While a hold lasts, [`RawLockBackend::status`] says what its owner should believe, and
+/// [`RawLockBackend::poll_lost`] resolves if the hold is lost without being released. Requests
 /// of an owner of this member are identified by a local owner number from
-/// [`LockBackend::new_owner`]; the backend makes the cluster-wide [`OwnerId`] from it.
+/// [`RawLockBackend::new_owner`]; the backend makes the cluster-wide [`OwnerId`] from it.
 ///
 /// # The contract
 /// The conformance suite (`tests/` in the repository) checks it for every backend:
@@ -277,18 +292,18 @@ impl fmt::Display for GrantorTable {
 /// - **Fairness.** Waiting requests are granted in the order the backend queued them; a
 ///   queued exclusive request holds back later shared ones.
 /// - **Fencing tokens** strictly increase with every grant of a lock.
-/// - **Events.** Every listener of [`LockBackend::events`] sees, per request, at most one
+/// - **Events.** Every listener of [`ClusterBackend::events`] sees, per request, at most one
 ///   `Waiting` (only when queued behind another owner), then `Locked`, then `Unlocked` or
 ///   `Lost`; and `Created` when the front end reports a handle.
 /// - **Lost holds are told.** A hold that ends without its owner releasing it (the backend
-///   shut down, a partition, a duplicate after a merge) makes [`LockBackend::poll_lost`]
+///   shut down, a partition, a duplicate after a merge) makes [`RawLockBackend::poll_lost`]
 ///   ready with the reason, emits `LockEvent::Lost` and calls every handler, once.
-/// - **Shutdown.** After [`LockBackend::shutdown`] new requests fail with
+/// - **Shutdown.** After [`ClusterBackend::shutdown`] new requests fail with
 ///   [`LockError::Shutdown`], waiting ones end with it, holds are lost with
-///   [`LockLostReason::Shutdown`], and [`LockBackend::poll_closed`] becomes ready.
+///   [`LockLostReason::Shutdown`], and [`ClusterBackend::poll_closed`] becomes ready.
 /// - **Wake-ups.** A `poll_*` method that returns `Pending` wakes the waker it was given
 ///   (the latest one, per request and method) once it may be ready.
-pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+pub trait RawLockBackend: Send + Sync + fmt::Debug + 'static {
     /// This member's id; the [`OwnerId`]s of its owners are made from it.
     fn member(&self) -> &MemberId;
 
@@ -301,7 +316,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Registers a request.
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] after [`LockBackend::shutdown`]; nothing is registered then.
+    /// [`LockError::Shutdown`] after [`ClusterBackend::shutdown`]; nothing is registered then.
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError>;
 
     /// The answer to `request`: `Ok(token)` once granted (again on every later poll while
@@ -318,7 +333,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// no-op for an unknown request.
     fn cancel(&self, request: RequestId);
 
-    /// Starts releasing the hold of `request`; [`LockBackend::poll_released`] then tells when
+    /// Starts releasing the hold of `request`; [`RawLockBackend::poll_released`] then tells when
     /// the release is acknowledged.
     ///
     /// # Errors
@@ -367,6 +382,16 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// ready for a hold that is released (or a request that is unknown).
     fn poll_lost(&self, request: RequestId, cx: &mut Context<'_>) -> Poll<LockLostReason>;
 
+    /// The locks held on this member now.
+    fn holds(&self) -> Vec<HeldLock>;
+
+    /// How many requests of this member wait for an answer.
+    fn pending_requests(&self) -> usize;
+}
+
+/// The cluster around a member's locks: the half of [`LockBackend`] that knows views, the
+/// grantor and its table, lock events and handlers, named services and shutdown.
+pub trait ClusterBackend: Send + Sync + fmt::Debug + 'static {
     /// The view this member is in (`None` before the first and after shutdown).
     fn view(&self) -> Option<View>;
 
@@ -379,7 +404,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     fn poll_serving_grantor(&self, cx: &mut Context<'_>) -> Poll<Option<MemberId>>;
 
     /// Asks for the grantor role for this member (Geode's `becomeLockGrantor`):
-    /// [`LockBackend::poll_is_grantor`] tells when it has it. A backend with one member is
+    /// [`ClusterBackend::poll_is_grantor`] tells when it has it. A backend with one member is
     /// the grantor already.
     ///
     /// # Errors
@@ -392,7 +417,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>>;
 
     /// Asks the grantor for its lock table; returns the query, answered by
-    /// [`LockBackend::poll_table`].
+    /// [`ClusterBackend::poll_table`].
     ///
     /// # Errors
     /// [`LockError::Shutdown`] after shutdown.
@@ -422,17 +447,11 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// no handler.
     fn on_unexpected_lock(&self, handler: UnexpectedHandler);
 
-    /// The locks held on this member now.
-    fn holds(&self) -> Vec<HeldLock>;
-
-    /// How many requests of this member wait for an answer.
-    fn pending_requests(&self) -> usize;
-
     /// Starts shutting down without blocking: releases every hold (lost with
     /// [`LockLostReason::Shutdown`]), fails every waiting request, leaves the cluster.
     fn shutdown(&self);
 
-    /// Ready once the backend has shut down completely (after [`LockBackend::shutdown`]).
+    /// Ready once the backend has shut down completely (after [`ClusterBackend::shutdown`]).
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()>;
 
     /// The named lock service `name` of this member, as a backend of its own (Geode's named
@@ -441,25 +460,25 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// opened on this member if it is not yet.
     ///
     /// Every method of the returned backend means what it means here, for that service:
-    /// [`submit`](LockBackend::submit) locks in it; [`serving_grantor`](LockBackend::serving_grantor),
-    /// [`poll_serving_grantor`](LockBackend::poll_serving_grantor),
-    /// [`become_grantor`](LockBackend::become_grantor) and
-    /// [`poll_is_grantor`](LockBackend::poll_is_grantor) concern its grantor;
-    /// [`request_table`](LockBackend::request_table) asks for its table;
-    /// [`events`](LockBackend::events), [`on_lock_lost`](LockBackend::on_lock_lost) and
-    /// [`on_unexpected_lock`](LockBackend::on_unexpected_lock) see only its events;
-    /// [`holds`](LockBackend::holds) and [`pending_requests`](LockBackend::pending_requests)
+    /// [`submit`](RawLockBackend::submit) locks in it; [`serving_grantor`](ClusterBackend::serving_grantor),
+    /// [`poll_serving_grantor`](ClusterBackend::poll_serving_grantor),
+    /// [`become_grantor`](ClusterBackend::become_grantor) and
+    /// [`poll_is_grantor`](ClusterBackend::poll_is_grantor) concern its grantor;
+    /// [`request_table`](ClusterBackend::request_table) asks for its table;
+    /// [`events`](ClusterBackend::events), [`on_lock_lost`](ClusterBackend::on_lock_lost) and
+    /// [`on_unexpected_lock`](ClusterBackend::on_unexpected_lock) see only its events;
+    /// [`holds`](RawLockBackend::holds) and [`pending_requests`](RawLockBackend::pending_requests)
     /// count only its requests. Methods on a request id or table query work on either backend
-    /// (ids are unique across the services of a member). [`member`](LockBackend::member),
-    /// [`new_owner`](LockBackend::new_owner), [`view`](LockBackend::view) and
-    /// [`views`](LockBackend::views) are the node's.
+    /// (ids are unique across the services of a member). [`member`](RawLockBackend::member),
+    /// [`new_owner`](RawLockBackend::new_owner), [`view`](ClusterBackend::view) and
+    /// [`views`](ClusterBackend::views) are the node's.
     ///
-    /// [`shutdown`](LockBackend::shutdown) of the returned backend **destroys the service** on
+    /// [`shutdown`](ClusterBackend::shutdown) of the returned backend **destroys the service** on
     /// this member, not the node: its holds are released at the grantor and lost with
     /// [`LockLostReason::ServiceDestroyed`] (events and handlers as for any loss), its
     /// pending requests end with [`LockError::ServiceDestroyed`], and every later call through
     /// it fails with that error (its event streams end).
-    /// [`poll_closed`](LockBackend::poll_closed) is ready once the grantor acknowledged those
+    /// [`poll_closed`](ClusterBackend::poll_closed) is ready once the grantor acknowledged those
     /// releases, or the node closed. Asking again for a destroyed name gives a fresh service;
     /// shutting the node down closes every service.
     ///

@@ -41,8 +41,8 @@ pub mod wake;
 pub mod wire;
 
 pub use backend::{
-    Acquire, GrantorTable, HeldLock, LockBackend, LockLost, LockStatus, LostHandler,
-    UnexpectedHandler, UnexpectedLock,
+    Acquire, ClusterBackend, GrantorTable, HeldLock, LockBackend, LockLost, LockStatus,
+    LostHandler, RawLockBackend, UnexpectedHandler, UnexpectedLock,
 };
 pub use error::{ClusterNameError, LockError, LockNameError, MemberNameError, UnlockError};
 pub use event::{LockEvent, LockLostReason, UnexpectedGrant};

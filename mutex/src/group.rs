@@ -1,4 +1,4 @@
-//! The group backend: [`LockBackend`] over the cluster protocol.
+//! The group backend: [`LockBackend`](conclave_lock_api::LockBackend) over the cluster protocol.
 //!
 //! It runs `conclave-protocol`'s [`Endpoint`](conclave_protocol::Endpoint) (membership, the
 //! central grantor, reconciliation, duplicate resolution) over any
@@ -19,9 +19,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use conclave_lock_api::{
-    Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent,
-    LockLostReason, LockName, LockStatus, LostHandler, MemberId, RequestId, ServiceName,
-    UnexpectedHandler, UnlockError, View,
+    Acquire, ClusterBackend, FencingToken, GrantorTable, HeldLock, LockError, LockEvent,
+    LockLostReason, LockName, LockStatus, LostHandler, MemberId, RawLockBackend, RequestId,
+    ServiceName, UnexpectedHandler, UnlockError, View,
 };
 use conclave_protocol::locking::{HoldStatus, LockRequest};
 use conclave_protocol::ServiceTransferError;
@@ -89,7 +89,7 @@ impl GroupBackend {
         }
     }
 
-    /// Destroys this named service on this member (see [`LockBackend::service`]).
+    /// Destroys this named service on this member (see [`ClusterBackend::service`]).
     fn destroy(&self, service: &Service) {
         let effects = {
             let mut shared = self.inner.lock();
@@ -108,7 +108,7 @@ impl GroupBackend {
     }
 }
 
-impl LockBackend for GroupBackend {
+impl RawLockBackend for GroupBackend {
     fn member(&self) -> &MemberId {
         &self.inner.member
     }
@@ -356,6 +356,43 @@ impl LockBackend for GroupBackend {
         }
     }
 
+    fn holds(&self) -> Vec<HeldLock> {
+        let mut shared = self.inner.lock();
+        if self.own_front(&mut shared).is_none() {
+            return Vec::new();
+        }
+        let now = self.inner.now();
+        let holds = match self.name() {
+            None => shared.endpoint.holds(now),
+            Some(name) => shared.endpoint.service_holds(now, name),
+        };
+        holds
+            .into_iter()
+            .map(|h| {
+                let status = match h.status {
+                    HoldStatus::Held => LockStatus::Held,
+                    HoldStatus::Suspended => LockStatus::Suspended,
+                    HoldStatus::Lost => LockStatus::Lost,
+                };
+                HeldLock::new(h.name, shared.owner_id(h.owner), h.mode, h.token, status)
+            })
+            .collect()
+    }
+
+    fn pending_requests(&self) -> usize {
+        let mut shared = self.inner.lock();
+        if self.own_front(&mut shared).is_none() {
+            return 0;
+        }
+        let locks = match self.name() {
+            None => Some(shared.endpoint.locks()),
+            Some(name) => shared.endpoint.service(name),
+        };
+        locks.map_or(0, |l| l.pending_requests().len())
+    }
+}
+
+impl ClusterBackend for GroupBackend {
     fn view(&self) -> Option<View> {
         let shared = self.inner.lock();
         if shared.phase == Phase::Running {
@@ -495,41 +532,6 @@ impl LockBackend for GroupBackend {
         }
     }
 
-    fn holds(&self) -> Vec<HeldLock> {
-        let mut shared = self.inner.lock();
-        if self.own_front(&mut shared).is_none() {
-            return Vec::new();
-        }
-        let now = self.inner.now();
-        let holds = match self.name() {
-            None => shared.endpoint.holds(now),
-            Some(name) => shared.endpoint.service_holds(now, name),
-        };
-        holds
-            .into_iter()
-            .map(|h| {
-                let status = match h.status {
-                    HoldStatus::Held => LockStatus::Held,
-                    HoldStatus::Suspended => LockStatus::Suspended,
-                    HoldStatus::Lost => LockStatus::Lost,
-                };
-                HeldLock::new(h.name, shared.owner_id(h.owner), h.mode, h.token, status)
-            })
-            .collect()
-    }
-
-    fn pending_requests(&self) -> usize {
-        let mut shared = self.inner.lock();
-        if self.own_front(&mut shared).is_none() {
-            return 0;
-        }
-        let locks = match self.name() {
-            None => Some(shared.endpoint.locks()),
-            Some(name) => shared.endpoint.service(name),
-        };
-        locks.map_or(0, |l| l.pending_requests().len())
-    }
-
     fn shutdown(&self) {
         match &self.service {
             None => self.inner.command(Command::Shutdown),
@@ -585,7 +587,10 @@ impl LockBackend for GroupBackend {
         Poll::Ready(())
     }
 
-    fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
+    fn service(
+        &self,
+        name: &ServiceName,
+    ) -> Result<Arc<dyn conclave_lock_api::LockBackend>, LockError> {
         let (generation, effects) = {
             let mut shared = self.inner.lock();
             if shared.phase != Phase::Running {

@@ -361,7 +361,7 @@ pub struct Unlock {
     backend: Backend,
     request: RequestId,
     state: UnlockState,
-    /// Ends the wait for the acknowledgement ([`LockBackend::answer_bound`]).
+    /// Ends the wait for the acknowledgement ([`RawLockBackend::answer_bound`]).
     timer: Option<async_io::Timer>,
 }
 

@@ -51,7 +51,7 @@ pub(crate) struct Inner {
     /// The last local owner number handed out ([`Inner::next_owner`]).
     owners: AtomicU64,
     /// How long a wait for the cluster's answer lasts at most
-    /// ([`conclave_lock_api::LockBackend::answer_bound`]).
+    /// ([`conclave_lock_api::RawLockBackend::answer_bound`]).
     pub(crate) answer_bound: std::time::Duration,
 }
 

@@ -1,13 +1,13 @@
 //! The local backend: the lock table of one process, with no network and no thread.
 //!
-//! [`LocalBackend`] implements the backend seam ([`LockBackend`]) with the semantics of a
+//! [`LocalBackend`] implements the backend seam ([`LockBackend`](conclave_lock_api::LockBackend)) with the semantics of a
 //! cluster whose only member never fails: FIFO queues per lock (a queued exclusive request
 //! holds back later shared ones, consecutive shared waiters are granted together), fencing
 //! tokens that strictly increase per lock, `Waiting` events only for requests queued behind
 //! another owner, timeouts kept by the backend, cancel safety (a dropped request is withdrawn,
 //! a grant that raced it released), and holds lost with [`LockLostReason::Shutdown`] when the
 //! node shuts down. Holds are never suspended: nothing can cut this member off. Each named
-//! lock service ([`LockBackend::service`]) is another such table, of its own.
+//! lock service ([`ClusterBackend::service`]) is another such table, of its own.
 //!
 //! It is what [`crate::Node::local`] runs on: code that takes Conclave locks can be unit-tested
 //! without a cluster, and behaves the same on one.
@@ -47,9 +47,9 @@ use async_channel::Sender;
 use async_io::Timer;
 use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, TABLE_LOCKS_MAX};
 use conclave_lock_api::{
-    Acquire, FencingToken, GrantorTable, HeldLock, LockBackend, LockError, LockEvent, LockLost,
-    LockLostReason, LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RequestId,
-    ServiceName, UnexpectedHandler, UnlockError, View,
+    Acquire, ClusterBackend, FencingToken, GrantorTable, HeldLock, LockError, LockEvent, LockLost,
+    LockLostReason, LockMode, LockName, LockStatus, LostHandler, MemberId, OwnerId, RawLockBackend,
+    RequestId, ServiceName, UnexpectedHandler, UnlockError, View,
 };
 use futures::stream::BoxStream;
 
@@ -356,7 +356,7 @@ impl State {
     }
 }
 
-impl LockBackend for LocalBackend {
+impl RawLockBackend for LocalBackend {
     fn member(&self) -> &MemberId {
         &self.member
     }
@@ -581,6 +581,35 @@ impl LockBackend for LocalBackend {
         }
     }
 
+    fn holds(&self) -> Vec<HeldLock> {
+        self.expire_leases();
+        let state = self.lock();
+        state
+            .requests
+            .values()
+            .filter_map(|r| match r.stage {
+                Stage::Held(token) => Some(HeldLock::new(
+                    r.name.clone(),
+                    self.owner_id(r.owner),
+                    r.mode,
+                    token,
+                    LockStatus::Held,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn pending_requests(&self) -> usize {
+        self.lock()
+            .requests
+            .values()
+            .filter(|r| matches!(r.stage, Stage::Queued))
+            .count()
+    }
+}
+
+impl ClusterBackend for LocalBackend {
     fn view(&self) -> Option<View> {
         // A destroyed service still shows the node's view.
         let shown = {
@@ -708,33 +737,6 @@ impl LockBackend for LocalBackend {
         // never unexpected here.
     }
 
-    fn holds(&self) -> Vec<HeldLock> {
-        self.expire_leases();
-        let state = self.lock();
-        state
-            .requests
-            .values()
-            .filter_map(|r| match r.stage {
-                Stage::Held(token) => Some(HeldLock::new(
-                    r.name.clone(),
-                    self.owner_id(r.owner),
-                    r.mode,
-                    token,
-                    LockStatus::Held,
-                )),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn pending_requests(&self) -> usize {
-        self.lock()
-            .requests
-            .values()
-            .filter(|r| matches!(r.stage, Stage::Queued))
-            .count()
-    }
-
     fn shutdown(&self) {
         match self.service {
             None => self.shut_node_down(),
@@ -754,7 +756,10 @@ impl LockBackend for LocalBackend {
         }
     }
 
-    fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
+    fn service(
+        &self,
+        name: &ServiceName,
+    ) -> Result<Arc<dyn conclave_lock_api::LockBackend>, LockError> {
         Ok(self.open_service(name)?)
     }
 }

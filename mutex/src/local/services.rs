@@ -1,4 +1,4 @@
-//! The named lock services of a local node ([`LockBackend::service`](conclave_lock_api::LockBackend::service)): each is another
+//! The named lock services of a local node ([`ClusterBackend::service`](conclave_lock_api::ClusterBackend::service)): each is another
 //! [`LocalBackend`], a lock table of its own, kept by name so that every `lock_service` call
 //! for a name gives the same one until it is destroyed.
 
@@ -105,7 +105,7 @@ impl LocalBackend {
     }
 
     /// The named service `name` of this node, opened if it is not (see
-    /// [`LockBackend::service`](conclave_lock_api::LockBackend::service)).
+    /// [`ClusterBackend::service`](conclave_lock_api::ClusterBackend::service)).
     pub(super) fn open_service(&self, name: &ServiceName) -> Result<Arc<LocalBackend>, LockError> {
         let mut services = self.node.services();
         if services.closed {

@@ -51,6 +51,16 @@ fn header(out: &mut String, height: f64, title: &str) {
     );
 }
 
+/// A row's name, left of its bar.
+fn row_label(out: &mut String, y: f64, name: &str) {
+    let _ = writeln!(
+        out,
+        r#"<text x="8" y="{}">{}</text>"#,
+        y + 16.0,
+        escape(name)
+    );
+}
+
 /// The `p`-quantile of `sorted`.
 fn quantile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -90,12 +100,7 @@ pub(crate) fn latency(title: &str, systems: &[(&str, &[Duration])]) -> String {
             micros(quantile(samples, 0.9)),
             micros(quantile(samples, 0.99)),
         );
-        let _ = writeln!(
-            out,
-            r#"<text x="8" y="{}">{}</text>"#,
-            y + 16.0,
-            escape(name)
-        );
+        row_label(&mut out, y, name);
         let _ = writeln!(
             out,
             r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="14" fill="{colour}" opacity="0.35"/>"#,
@@ -147,12 +152,7 @@ pub(crate) fn rates(title: &str, unit: &str, systems: &[(&str, f64)]) -> String 
     for (i, (name, value)) in systems.iter().enumerate() {
         let y = 40.0 + ROW * i as f64;
         let width = value / max * (WIDTH - LEFT - RIGHT - 60.0);
-        let _ = writeln!(
-            out,
-            r#"<text x="8" y="{}">{}</text>"#,
-            y + 16.0,
-            escape(name)
-        );
+        row_label(&mut out, y, name);
         let _ = writeln!(
             out,
             r#"<rect x="{LEFT}" y="{:.1}" width="{:.1}" height="18" fill="{}"/>"#,

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const WIDTH: f64 = 900.0;
+const WIDTH: f64 = 1040.0;
 const LEFT: f64 = 260.0;
-const RIGHT: f64 = 90.0;
+const RIGHT: f64 = 230.0;
 const ROW: f64 = 34.0;
 const COLOURS: [&str; 6] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -26,7 +26,8 @@ pub(crate) fn directory() -> PathBuf {
 
 /// Writes `svg` to `name` in [`directory`] and says where.
 pub(crate) fn write(name: &str, svg: &str) -> std::io::Result<()> {
-    let path = directory().join(name);
+    let dir = directory();
+    let path = dir.canonicalize().unwrap_or(dir).join(name);
     std::fs::write(&path, svg)?;
     println!("chart: {}", path.display());
     Ok(())

@@ -63,7 +63,7 @@ pub(crate) struct Request {
     /// How many times the call asked again after a lost grant.
     reasks: u32,
     /// When the call first registered (what `conclave_lock_wait_seconds` counts from).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     asked: Option<std::time::Instant>,
     /// The span of this lock call (`lock`, with the lock's name and mode): what the call logs
     /// while it asks, waits and asks again is inside it.
@@ -93,6 +93,7 @@ impl Request {
             state: State::Idle(params),
             deadline: None,
             reasks: 0,
+            #[cfg(feature = "metrics")]
             asked: None,
         }
     }
@@ -155,6 +156,7 @@ impl Request {
                 mode: params.mode,
                 token,
                 armed: true,
+                #[cfg(feature = "metrics")]
                 granted_at: std::time::Instant::now(),
             }));
         }
@@ -163,6 +165,7 @@ impl Request {
     /// Registers `params` with the backend (with what is left of the call's timeout).
     fn submit(&mut self, params: Params) -> Result<(), LockError> {
         let now = std::time::Instant::now();
+        #[cfg(feature = "metrics")]
         self.asked.get_or_insert(now);
         if self.deadline.is_none() {
             self.deadline = params.timeout.map(|timeout| now + timeout);
@@ -213,7 +216,7 @@ pub(crate) struct Hold {
     /// Whether dropping releases the lock (false once handed to an [`Unlock`]).
     armed: bool,
     /// When the guard was handed out (what `conclave_lock_hold_seconds` counts from).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     granted_at: std::time::Instant,
 }
 

@@ -10,11 +10,14 @@
 //! - [`locking`]: the grantor's lock table, clients, reconciliation, duplicate locks, fencing
 //!   tokens and partition policies.
 //! - [`Endpoint`]: one member's stack on the wire, datagrams in and out.
+//! - `raft` (feature `raft`): the Raft engine, a lock table replicated by TiKV's raft-rs.
 //! - `sim` (feature `sim`): the deterministic cluster simulator.
 
 mod endpoint;
 pub mod gms;
 pub mod locking;
+#[cfg(feature = "raft")]
+pub mod raft;
 pub mod reliable;
 #[cfg(feature = "sim")]
 pub mod sim;

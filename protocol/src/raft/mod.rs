@@ -1,0 +1,10 @@
+//! The Raft engine: the lock table as a state machine replicated by TiKV's raft-rs
+//! (feature `raft`).
+//!
+//! - [`command`]: the log's commands and what applying one did.
+//! - [`table`]: the replicated lock table (pure; the same on every member).
+//! - [`persist`]: what a member keeps on disk, in our own types.
+
+pub mod command;
+pub mod persist;
+pub mod table;

@@ -6,5 +6,10 @@
 //! - [`persist`]: what a member keeps on disk, in our own types.
 
 pub mod command;
+mod engine;
 pub mod persist;
+mod store;
 pub mod table;
+pub mod wire;
+
+pub use engine::{EngineError, EngineTiming};

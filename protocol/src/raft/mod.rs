@@ -7,9 +7,11 @@
 
 pub mod command;
 mod engine;
+mod node;
 pub mod persist;
 mod store;
 pub mod table;
 pub mod wire;
 
 pub use engine::{EngineError, EngineTiming};
+pub use node::{RaftEvent, RaftNode, RaftSettings};

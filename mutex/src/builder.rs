@@ -35,6 +35,8 @@ pub struct NodeBuilder {
     spin_wait: Duration,
     data_dir: Option<std::path::PathBuf>,
     key: KeySource,
+    #[cfg(feature = "raft")]
+    raft: Option<crate::raft::RaftConfig>,
 }
 
 /// Where a node's cluster key comes from (resolved when it joins).
@@ -82,6 +84,8 @@ impl NodeBuilder {
             spin_wait: DEFAULT_SPIN_WAIT,
             data_dir: None,
             key: KeySource::None,
+            #[cfg(feature = "raft")]
+            raft: None,
         }
     }
 
@@ -381,6 +385,18 @@ impl NodeBuilder {
         self
     }
 
+    /// Runs this member on the Raft engine (feature `raft`) instead of the group backend: the
+    /// lock table is replicated by Raft among `config.peers` and kept on disk in the
+    /// [data directory](NodeBuilder::data_dir), which it needs. [`NodeBuilder::join`] then
+    /// returns once the cluster's leader applied this member's arrival (a majority of the
+    /// peers must be running). The group backend's settings (`config`, `partition_policy`,
+    /// `node_cache`, `founding`, `spin_wait`) do not apply to it. See [`crate::raft`].
+    #[cfg(feature = "raft")]
+    pub fn raft(mut self, config: crate::raft::RaftConfig) -> Self {
+        self.raft = Some(config);
+        self
+    }
+
     /// Starts the node's driver thread and waits until the node is in a view: it joined the
     /// cluster's coordinator, or, finding none, founded the cluster where its founding rule
     /// allows it ([`NodeBuilder::founding`]).
@@ -413,6 +429,25 @@ impl NodeBuilder {
     /// thread).
     pub async fn join(self) -> Result<Node, NodeError> {
         ClusterName::new(self.cluster.as_str())?;
+        #[cfg(feature = "raft")]
+        if let Some(config) = self.raft {
+            let keys = match self.key {
+                KeySource::None => None,
+                KeySource::Keyring(ring) => Some(ring),
+                KeySource::File(path) => Some(Keyring::new(ClusterKey::from_file(path)?)),
+                KeySource::Env => ClusterKey::from_env()?.map(Keyring::new),
+            };
+            return crate::raft::start(crate::raft::RaftPlan {
+                cluster: self.cluster,
+                name: self.name,
+                transport: self.transport.ok_or(NodeError::NoTransport)?,
+                keys,
+                data_dir: self.data_dir,
+                join_timeout: self.join_timeout,
+                config,
+            })
+            .await;
+        }
         let config = self.resolved_config()?;
         config.gms.validate()?;
         config.locks.validate()?;

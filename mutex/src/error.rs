@@ -59,6 +59,10 @@ pub enum NodeError {
     /// The node shut down while joining.
     #[error("the node shut down while joining")]
     Shutdown,
+    /// The Raft engine's settings are not usable (feature `raft`), e.g. this member's name is
+    /// not among the peers, or no data directory was given.
+    #[error("the Raft engine cannot start: {0}")]
+    Raft(String),
     /// Nobody answered within the join timeout: no member of the cluster (and no other joiner
     /// to found one with) was heard at any place the transport looks, and this node may not
     /// found a cluster alone

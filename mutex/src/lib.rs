@@ -108,6 +108,8 @@ pub mod memory;
 mod metrics;
 mod mutex;
 mod node;
+#[cfg(feature = "raft")]
+pub mod raft;
 mod reentrant;
 mod rwlock;
 mod service;

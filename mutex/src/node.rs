@@ -132,6 +132,19 @@ impl Node {
         }
     }
 
+    /// A node on `backend` whose datagrams `sealer` seals (the Raft engine).
+    #[cfg(feature = "raft")]
+    pub(crate) fn with_backend_sealed(
+        backend: Arc<dyn LockBackend>,
+        sealer: Arc<conclave_lock_api::seal::Sealer>,
+    ) -> Node {
+        Node {
+            backend,
+            sealer: Some(sealer),
+            protocol_stats: None,
+        }
+    }
+
     /// The keyring sealing this member's datagrams, if it was given a key: install, switch
     /// and remove keys on it to rotate them while the node runs ([`Keyring`] shows how).
     pub fn keyring(&self) -> Option<&Keyring> {

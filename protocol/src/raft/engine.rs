@@ -354,9 +354,4 @@ impl Engine {
     pub(crate) fn term(&self) -> u64 {
         self.raw.raft.term
     }
-
-    /// This node's id.
-    pub(crate) fn id(&self) -> u64 {
-        self.raw.raft.id
-    }
 }

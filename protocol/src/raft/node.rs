@@ -153,7 +153,6 @@ enum Stage {
 }
 
 struct Mine {
-    key: LockKey,
     stage: Stage,
     /// When the request (or the last lease extension) was first sent: the lease counts from
     /// it, here.
@@ -178,6 +177,18 @@ fn parse_context(ctx: &[u8]) -> Option<(u8, u64)> {
     Some((kind, u64::from_be_bytes(rest.try_into().ok()?)))
 }
 
+impl std::fmt::Debug for RaftNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftNode")
+            .field("me", &self.me)
+            .field("id", &self.id)
+            .field("term", &self.engine.term())
+            .field("leader", &self.engine.leader())
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One member of a Raft lock cluster: see the [module documentation](self).
 pub struct RaftNode {
     me: MemberId,
@@ -189,6 +200,8 @@ pub struct RaftNode {
     applied_at_snapshot: u64,
     /// Members by Raft id, as last heard (incarnations).
     known: BTreeMap<u64, MemberId>,
+    /// Every member's latest incarnation that joined, with the index of its `Join`.
+    joins: BTreeMap<String, (MemberId, u64)>,
     mine: BTreeMap<u64, Mine>,
     pending: Vec<Pending>,
     events: VecDeque<RaftEvent>,
@@ -254,6 +267,7 @@ impl RaftNode {
             applied,
             applied_at_snapshot: applied,
             known,
+            joins: BTreeMap::new(),
             mine: BTreeMap::new(),
             pending: Vec::new(),
             events: VecDeque::new(),
@@ -306,7 +320,15 @@ impl RaftNode {
 
     /// The leader, if known (with its incarnation once heard).
     pub fn leader(&self) -> Option<MemberId> {
-        self.known.get(&self.engine.leader()).cloned()
+        let id = self.engine.leader();
+        let name = self
+            .settings
+            .peers
+            .get(usize::try_from(id).ok()?.checked_sub(1)?)?;
+        self.joins
+            .get(name)
+            .map(|(m, _)| m.clone())
+            .or_else(|| self.known.get(&id).cloned())
     }
 
     /// Whether this member leads.
@@ -319,14 +341,31 @@ impl RaftNode {
         self.engine.term()
     }
 
-    /// The members heard from (their latest incarnations), by Raft id.
+    /// The members that joined (their latest incarnations), in Raft id order: the same on
+    /// every member that applied the same entries.
     pub fn members(&self) -> Vec<MemberId> {
-        self.known.values().cloned().collect()
+        let mut members: Vec<(u64, MemberId)> = self
+            .joins
+            .values()
+            .filter_map(|(m, _)| Some((self.id_of(m.name())?, m.clone())))
+            .collect();
+        members.sort();
+        members.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// The log index of the latest `Join` applied: the epoch of the members' view.
+    pub fn view_epoch(&self) -> u64 {
+        self.joins.values().map(|(_, i)| *i).max().unwrap_or(0)
     }
 
     /// The index of the last entry applied here.
     pub fn applied_index(&self) -> u64 {
         self.applied
+    }
+
+    /// Whether this incarnation's `Join` was applied here (it is a member of the cluster).
+    pub fn has_joined(&self) -> bool {
+        self.joined
     }
 
     /// Whether this member is cut off (it resigned and has not proved contact since).
@@ -371,7 +410,6 @@ impl RaftNode {
         self.mine.insert(
             request,
             Mine {
-                key: key.clone(),
                 stage: Stage::Asked,
                 sent: now,
                 lease,
@@ -506,11 +544,6 @@ impl RaftNode {
             Some(known) if known.is_newer_incarnation_than(&packet.from) => return,
             _ => {
                 self.known.insert(from_id, packet.from.clone());
-                self.events.push_back(RaftEvent::Members);
-                if self.engine.leader() == from_id {
-                    self.events
-                        .push_back(RaftEvent::Leader(Some(packet.from.clone())));
-                }
             }
         }
         if self.leading {
@@ -732,6 +765,18 @@ impl RaftNode {
         if let Command::Join { member } = command {
             if member == &self.me {
                 self.joined = true;
+            }
+            let newer = self
+                .joins
+                .get(member.name())
+                .is_none_or(|(m, _)| member.is_newer_incarnation_than(m));
+            if newer {
+                self.joins
+                    .insert(member.name().to_owned(), (member.clone(), index));
+                if let Some(id) = self.id_of(member.name()) {
+                    self.known.insert(id, member.clone());
+                }
+                self.events.push_back(RaftEvent::Members);
             }
         }
         if let Command::Leave { member } = command {

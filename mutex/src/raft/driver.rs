@@ -1,0 +1,183 @@
+//! The Raft member's driver thread: datagrams in, the node's timers, its persistence (one
+//! fsync per batch, before what depends on it is sent), packets out.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant};
+
+use async_channel::Receiver;
+use async_io::Timer;
+use conclave_lock_api::wire::ClusterId;
+use conclave_lock_api::{LockError, Transport};
+use conclave_protocol::raft::wire::{decode_packet, encode_packet};
+use conclave_protocol::raft::RaftEvent;
+use futures::future::{select, Either};
+use futures::FutureExt;
+
+use super::disk::RaftDisk;
+use super::state::Shared;
+
+/// How long a leaving member waits for its `Leave` to be applied.
+pub(super) const LEAVE_BOUND: Duration = Duration::from_secs(3);
+
+/// What one turn of the driver must send, and whether it is done.
+struct Turn {
+    sends: Vec<(SocketAddr, Vec<u8>)>,
+    next: Option<StdInstant>,
+    done: bool,
+}
+
+pub(super) struct Driver {
+    pub(super) shared: Arc<Shared>,
+    pub(super) transport: Arc<dyn Transport>,
+    pub(super) disk: RaftDisk,
+    pub(super) cluster: ClusterId,
+    pub(super) ring: Receiver<()>,
+}
+
+impl Driver {
+    /// Runs until the node has left (or the leave bound passed).
+    pub(super) fn run(mut self) {
+        let mut left_by: Option<StdInstant> = None;
+        let mut left = false;
+        loop {
+            let turn = self.turn(&mut left_by, &mut left);
+            for (to, bytes) in &turn.sends {
+                if let Err(error) = self.transport.send_to(*to, bytes) {
+                    tracing::debug!(%to, %error, "raft: packet not sent");
+                }
+            }
+            self.shared.report_losses();
+            if turn.done {
+                break;
+            }
+            self.wait(turn.next);
+        }
+        async_io::block_on(self.transport.close());
+        let wakers = {
+            let mut state = self.shared.lock();
+            state.stopped = true;
+            state.views.clear();
+            for listeners in state.listeners.values_mut() {
+                listeners.events.clear();
+            }
+            std::mem::take(&mut state.closed_wakers)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Feeds the node its timers, persists, applies its events; returns what to send.
+    fn turn(&mut self, left_by: &mut Option<StdInstant>, left: &mut bool) -> Turn {
+        let mut state = self.shared.lock();
+        let now = state.now();
+        if state.node.poll_timeout().is_some_and(|t| t <= now) {
+            state.node.handle_timeout(now);
+        }
+        let mut sends = Vec::new();
+        loop {
+            let mut progress = false;
+            while let Some(batch) = state.node.poll_persist() {
+                progress = true;
+                if let Err(error) = self.disk.write(&batch) {
+                    // Without its log on disk this member must not answer as if it had it.
+                    tracing::error!(%error, "raft: the log could not be written; the member stops");
+                    state.closed = true;
+                    *left = true;
+                    break;
+                }
+                let now = state.now();
+                state.node.persisted(now, batch.seq);
+            }
+            while let Some(event) = state.node.poll_event() {
+                progress = true;
+                match event {
+                    RaftEvent::Compact(record) | RaftEvent::Installed(record) => {
+                        if let Err(error) = self.disk.compact(&record) {
+                            tracing::warn!(%error, "raft: snapshot not kept");
+                        }
+                    }
+                    RaftEvent::Left => *left = true,
+                    other => state.take(other),
+                }
+            }
+            while let Some((to, packet)) = state.node.poll_transmit() {
+                progress = true;
+                if let Some(addr) = state.peers.get(&to) {
+                    sends.push((*addr, encode_packet(self.cluster, &packet)));
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        // Timeouts of waiting requests.
+        let std_now = StdInstant::now();
+        let expired: Vec<_> = state
+            .records
+            .iter()
+            .filter(|(_, r)| r.deadline.is_some_and(|d| d <= std_now))
+            .map(|(id, _)| *id)
+            .collect();
+        for request in expired {
+            state.fail(request, LockError::Timeout);
+            if let Some(record) = state.records.get_mut(&request) {
+                record.deadline = None;
+            }
+            let now = state.now();
+            state.node.cancel(now, request.0);
+        }
+        if state.closed && left_by.is_none() {
+            *left_by = Some(std_now + LEAVE_BOUND);
+        }
+        let done = state.closed && (*left || left_by.is_some_and(|t| std_now >= t));
+        let base = state.base;
+        let mut next = state
+            .node
+            .poll_timeout()
+            .map(|t| base + Duration::from_nanos(t.as_nanos()));
+        for d in state.records.values().filter_map(|r| r.deadline) {
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
+        if let Some(t) = *left_by {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        Turn { sends, next, done }
+    }
+
+    /// Waits for a datagram, the next deadline or a ring; takes in what arrived.
+    fn wait(&mut self, next: Option<StdInstant>) {
+        let deadline = next.unwrap_or_else(|| StdInstant::now() + Duration::from_secs(1));
+        let received = async_io::block_on(async {
+            let recv = self.transport.recv().fuse();
+            let timer = Timer::at(deadline);
+            let ring = self.ring.recv();
+            futures::pin_mut!(recv, ring);
+            match select(recv, select(timer, ring)).await {
+                Either::Left((datagram, _)) => Some(datagram),
+                Either::Right(_) => None,
+            }
+        });
+        while self.ring.try_recv().is_ok() {}
+        match received {
+            Some(Ok(datagram)) => {
+                let packet = match decode_packet(self.cluster, &datagram.bytes) {
+                    Ok(packet) => packet,
+                    Err(error) => {
+                        tracing::debug!(from = %datagram.from, %error, "raft: datagram dropped");
+                        return;
+                    }
+                };
+                let mut state = self.shared.lock();
+                let now = state.now();
+                state.node.handle_packet(now, packet);
+            }
+            Some(Err(error)) => {
+                tracing::debug!(%error, "raft: receive failed");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => {}
+        }
+    }
+}

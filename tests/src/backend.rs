@@ -18,7 +18,7 @@ use crate::{within, WAIT};
 
 mod services;
 
-pub use services::named_services;
+pub use services::{named_services, named_services_one_log};
 
 /// A short wait that must run out (a timeout that is expected to fire).
 const SHORT: Duration = Duration::from_millis(150);

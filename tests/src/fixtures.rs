@@ -184,3 +184,81 @@ pub async fn agree(nodes: &[Node]) -> View {
     })
     .await
 }
+
+/// The transports a Raft fixture runs on.
+#[derive(Clone, Copy, Debug)]
+enum RaftOver {
+    Memory,
+    Udp,
+    Tcp,
+}
+
+/// The Raft engine over a TCP mesh on loopback: [`MEMBERS`] members, each with a fresh data
+/// directory, started together (a member's `join` waits for a majority).
+pub fn raft(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(raft_members(cluster, RaftOver::Tcp, None))
+}
+
+/// The Raft engine over UDP on loopback (unicast between the members).
+pub fn raft_udp(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(raft_members(cluster, RaftOver::Udp, None))
+}
+
+/// The Raft engine over the in-memory transport.
+pub fn raft_memory(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(raft_members(cluster, RaftOver::Memory, None))
+}
+
+/// The Raft engine over a TCP mesh on loopback with a cluster key: every frame sealed.
+pub fn raft_sealed(cluster: String) -> BoxFuture<'static, Vec<Node>> {
+    Box::pin(raft_members(cluster, RaftOver::Tcp, Some(test_key())))
+}
+
+/// A fresh data directory for member `i` of `cluster` (removed first if a run left one).
+pub fn raft_data_dir(cluster: &str, i: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("conclave-raft-{cluster}-{i}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+async fn raft_members(cluster: String, over: RaftOver, key: Option<ClusterKey>) -> Vec<Node> {
+    use conclave::api::Transport;
+    use conclave::raft::{RaftConfig, RaftPeer};
+    let network = MemoryNetwork::new();
+    let mut builders = Vec::new();
+    let mut peers = Vec::new();
+    for i in 0..MEMBERS {
+        let name = format!("r{i}");
+        let builder = Node::builder(&cluster).name(&name);
+        let (builder, addr) = match over {
+            RaftOver::Memory => {
+                let t = network.transport();
+                let addr = t.local_addr();
+                (builder.transport(t), addr)
+            }
+            RaftOver::Udp => {
+                let t = UdpMulticast::bind(&udp_config()).unwrap();
+                let addr = t.local_addr();
+                (builder.transport(t), addr)
+            }
+            RaftOver::Tcp => {
+                let t = TcpMesh::loopback(None).unwrap();
+                let addr = t.local_addr();
+                (builder.transport(t), addr)
+            }
+        };
+        let builder = match &key {
+            Some(key) => builder.cluster_key(key.clone()),
+            None => builder,
+        };
+        peers.push(RaftPeer::new(name, addr));
+        builders.push(builder.data_dir(raft_data_dir(&cluster, i)));
+    }
+    let config = RaftConfig::local(peers);
+    let joins = builders.into_iter().map(|b| b.raft(config.clone()).join());
+    let nodes = within(WAIT, "raft join", futures::future::try_join_all(joins))
+        .await
+        .unwrap();
+    agree(&nodes).await;
+    nodes
+}

@@ -2,7 +2,8 @@
 //! backend, as `conformance::<backend>::<scenario>`: the local backend; the group backend over
 //! memory, UDP and TCP; over memory with node-level caching and read delegations at every
 //! member (`memory_cached`) or at every other member (`memory_mixed`); and over UDP and TCP
-//! with a cluster key (`udp_sealed`, `tcp_sealed`).
+//! with a cluster key (`udp_sealed`, `tcp_sealed`); and the Raft engine over a TCP mesh
+//! (`raft`), UDP (`raft_udp`), memory (`raft_memory`) and a sealed TCP mesh (`raft_sealed`).
 
 use conclave_tests::backend;
 use conclave_tests::fixtures::{self, Start};
@@ -22,7 +23,7 @@ where
 }
 
 macro_rules! conformance {
-    ($($backend:ident),* $(,)?) => {
+    ($($backend:ident),* $(,)? ; raft: $($raft:ident),* $(,)?) => {
         mod conformance {
             $(
                 mod $backend {
@@ -30,6 +31,16 @@ macro_rules! conformance {
                         readiness, exclusion, fifo, try_and_timeout, cancellation, reentrancy,
                         read_write, fencing_tokens, events, inspection, lost_holds, shutdown, leases,
                         grantor_transfer, named_services);
+                }
+            )*
+            // The Raft engine keeps every service in one log with one leader: its services
+            // share the grantor (`named_services_one_log`), by design.
+            $(
+                mod $raft {
+                    conformance!(@scenarios $raft:
+                        readiness, exclusion, fifo, try_and_timeout, cancellation, reentrancy,
+                        read_write, fencing_tokens, events, inspection, lost_holds, shutdown, leases,
+                        grantor_transfer, named_services_one_log);
                 }
             )*
         }
@@ -56,5 +67,9 @@ conformance!(
     udp,
     tcp,
     udp_sealed,
-    tcp_sealed
+    tcp_sealed;
+    raft: raft,
+    raft_udp,
+    raft_memory,
+    raft_sealed,
 );

@@ -1,7 +1,7 @@
 //! [`RaftBackend`]: the backend seam on a Raft member.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant as StdInstant};
@@ -21,6 +21,8 @@ use super::state::{Phase, Read, Record, Shared};
 pub struct RaftBackend {
     pub(super) shared: Arc<Shared>,
     pub(super) service: Option<ServiceName>,
+    /// A named service's handle was destroyed (its name opens afresh as a new handle).
+    pub(super) destroyed: AtomicBool,
 }
 
 impl fmt::Debug for RaftBackend {
@@ -44,12 +46,65 @@ impl RaftBackend {
         out
     }
 
-    fn refusal(closed: bool) -> Result<(), LockError> {
+    /// A handle on `service` of the member `shared`.
+    pub(super) fn new(shared: Arc<Shared>, service: Option<ServiceName>) -> Self {
+        RaftBackend {
+            shared,
+            service,
+            destroyed: AtomicBool::new(false),
+        }
+    }
+
+    fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
+    /// `Err` once the node shut down or this service was destroyed.
+    fn open(&self, closed: bool) -> Result<(), LockError> {
         if closed {
             Err(LockError::Shutdown)
+        } else if self.is_destroyed() {
+            Err(LockError::ServiceDestroyed)
         } else {
             Ok(())
         }
+    }
+
+    /// Destroys this named service here: its waits fail and its holds are lost with
+    /// `ServiceDestroyed` (and released at the table), its listeners' streams end.
+    fn destroy(&self, state: &mut super::state::State) {
+        let Some(name) = &self.service else {
+            return;
+        };
+        self.destroyed.store(true, Ordering::Release);
+        if state
+            .services
+            .get(name)
+            .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), self))
+        {
+            state.services.remove(name);
+        }
+        let requests: Vec<RequestId> = state
+            .records
+            .iter()
+            .filter(|(_, r)| r.service.as_ref() == Some(name))
+            .map(|(id, _)| *id)
+            .collect();
+        let now = state.now();
+        for request in requests {
+            match state.records.get(&request).map(|r| r.phase.clone()) {
+                Some(Phase::Waiting) => {
+                    state.fail(request, LockError::ServiceDestroyed);
+                    state.node.cancel(now, request.0);
+                }
+                Some(Phase::Held(_) | Phase::Releasing(_)) => {
+                    state.lose(request, LockLostReason::ServiceDestroyed);
+                    state.node.cancel(now, request.0);
+                }
+                _ => {}
+            }
+        }
+        state.destroyed_listeners.push(self.service.clone());
     }
 }
 
@@ -72,7 +127,7 @@ impl RawLockBackend for RaftBackend {
     fn submit(&self, request: Acquire) -> Result<RequestId, LockError> {
         let service = self.service.clone();
         self.with(|state| {
-            Self::refusal(state.closed)?;
+            self.open(state.closed)?;
             state.next_request += 1;
             let id = RequestId(state.next_request);
             let now = state.now();
@@ -330,7 +385,7 @@ impl ClusterBackend for RaftBackend {
 
     fn become_grantor(&self) -> Result<(), LockError> {
         self.with(|state| {
-            Self::refusal(state.closed)?;
+            self.open(state.closed)?;
             let now = state.now();
             state.node.become_leader(now);
             Ok(())
@@ -339,8 +394,8 @@ impl ClusterBackend for RaftBackend {
 
     fn poll_is_grantor(&self, cx: &mut Context<'_>) -> Poll<Result<(), LockError>> {
         let mut state = self.shared.lock();
-        if state.closed {
-            return Poll::Ready(Err(LockError::Shutdown));
+        if let Err(error) = self.open(state.closed) {
+            return Poll::Ready(Err(error));
         }
         if state.leader.as_ref() == Some(&self.shared.member) {
             return Poll::Ready(Ok(()));
@@ -351,7 +406,7 @@ impl ClusterBackend for RaftBackend {
 
     fn request_table(&self) -> Result<u64, LockError> {
         self.with(|state| {
-            Self::refusal(state.closed)?;
+            self.open(state.closed)?;
             state.next_query += 1;
             let query = state.next_query;
             state.reads.insert(
@@ -373,8 +428,8 @@ impl ClusterBackend for RaftBackend {
         cx: &mut Context<'_>,
     ) -> Poll<Result<GrantorTable, LockError>> {
         let mut state = self.shared.lock();
-        if state.closed {
-            return Poll::Ready(Err(LockError::Shutdown));
+        if let Err(error) = self.open(state.closed) {
+            return Poll::Ready(Err(error));
         }
         let Some(read) = state.reads.get_mut(&query) else {
             return Poll::Ready(Err(LockError::Cancelled));
@@ -417,7 +472,7 @@ impl ClusterBackend for RaftBackend {
     fn events(&self) -> BoxStream<'static, LockEvent> {
         let (sender, receiver) = async_channel::unbounded();
         let mut state = self.shared.lock();
-        if !state.closed {
+        if !state.closed && !self.is_destroyed() {
             state
                 .listeners
                 .entry(self.service.clone())
@@ -449,6 +504,10 @@ impl ClusterBackend for RaftBackend {
     }
 
     fn shutdown(&self) {
+        if self.service.is_some() {
+            self.with(|state| self.destroy(state));
+            return;
+        }
         self.with(|state| {
             if state.closed {
                 return;
@@ -474,7 +533,7 @@ impl ClusterBackend for RaftBackend {
 
     fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.shared.lock();
-        if state.stopped {
+        if state.stopped || self.is_destroyed() {
             Poll::Ready(())
         } else {
             state.closed_wakers.push(cx.waker().clone());
@@ -483,12 +542,18 @@ impl ClusterBackend for RaftBackend {
     }
 
     fn service(&self, name: &ServiceName) -> Result<Arc<dyn LockBackend>, LockError> {
-        if self.shared.lock().closed {
+        let mut state = self.shared.lock();
+        if state.closed {
             return Err(LockError::Shutdown);
         }
-        Ok(Arc::new(RaftBackend {
-            shared: self.shared.clone(),
-            service: Some(name.clone()),
-        }))
+        if let Some(handle) = state.services.get(name) {
+            return Ok(handle.clone());
+        }
+        if state.services.len() >= conclave_protocol::MAX_SERVICES {
+            return Err(LockError::TooManyServices);
+        }
+        let handle = Arc::new(RaftBackend::new(self.shared.clone(), Some(name.clone())));
+        state.services.insert(name.clone(), handle.clone());
+        Ok(handle)
     }
 }

@@ -20,6 +20,10 @@ use super::state::Shared;
 /// How long a leaving member waits for its `Leave` to be applied.
 pub(super) const LEAVE_BOUND: Duration = Duration::from_secs(3);
 
+/// Bytes of log since the last snapshot past which a snapshot is taken, whatever the count of
+/// entries.
+const COMPACT_LOG_BYTES: u64 = 8 << 20;
+
 /// What one turn of the driver must send, and whether it is done.
 struct Turn {
     sends: Vec<(SocketAddr, Vec<u8>)>,
@@ -72,7 +76,7 @@ impl Driver {
     fn turn(&mut self, left_by: &mut Option<StdInstant>, left: &mut bool) -> Turn {
         let mut state = self.shared.lock();
         let now = state.now();
-        if state.node.poll_timeout().is_some_and(|t| t <= now) {
+        if state.node.poll_timeout().is_none_or(|t| t <= now) {
             state.node.handle_timeout(now);
         }
         let mut sends = Vec::new();
@@ -89,11 +93,14 @@ impl Driver {
                 }
                 let now = state.now();
                 state.node.persisted(now, batch.seq);
+                if self.disk.log_bytes() > COMPACT_LOG_BYTES {
+                    state.node.compact_now();
+                }
             }
             while let Some(event) = state.node.poll_event() {
                 progress = true;
                 match event {
-                    RaftEvent::Compact(record) | RaftEvent::Installed(record) => {
+                    RaftEvent::Compact(record) => {
                         if let Err(error) = self.disk.compact(&record) {
                             tracing::warn!(%error, "raft: snapshot not kept");
                         }

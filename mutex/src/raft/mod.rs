@@ -196,10 +196,12 @@ pub(crate) async fn start(plan: RaftPlan) -> Result<Node, NodeError> {
         transport.use_keyring(cluster_id, keys, sealer.session());
     }
     let transport: Arc<dyn Transport> = Arc::new(SealedTransport::new(transport, sealer.clone()));
-    let incarnation = incarnation();
-    let member = MemberId::new(incarnation, &name, transport.local_addr())?;
     let (disk, recovered) = disk::RaftDisk::open(&dir, &cluster, &name, config.sync)
         .map_err(|e| NodeError::Raft(format!("data directory {}: {e}", dir.display())))?;
+    // Random high bits above the data directory's start count: every start of this member
+    // is a newer incarnation than the ones before, whatever the clock says.
+    let incarnation = (incarnation() & !u128::from(u64::MAX)) | u128::from(disk.generation());
+    let member = MemberId::new(incarnation, &name, transport.local_addr())?;
     let seed = incarnation as u64 ^ (incarnation >> 64) as u64;
     let node = RaftNode::new(member.clone(), settings, &recovered, seed)
         .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -227,6 +229,8 @@ pub(crate) async fn start(plan: RaftPlan) -> Result<Node, NodeError> {
             stopped: false,
             closed_wakers: Vec::new(),
             losses: Vec::new(),
+            services: BTreeMap::new(),
+            destroyed_listeners: Vec::new(),
         }),
         ring,
         next_owner: AtomicU64::new(0),
@@ -244,10 +248,7 @@ pub(crate) async fn start(plan: RaftPlan) -> Result<Node, NodeError> {
         .spawn(move || driver.run())
         .map_err(NodeError::Spawn)?;
     shared.ring();
-    let backend = Arc::new(RaftBackend {
-        shared: shared.clone(),
-        service: None,
-    });
+    let backend = Arc::new(RaftBackend::new(shared.clone(), None));
     let node = Node::with_backend_sealed(backend.clone(), sealer);
     let joined = futures::future::poll_fn(|cx| {
         let mut state = shared.lock();

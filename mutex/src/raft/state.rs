@@ -91,6 +91,10 @@ pub(super) struct State {
     pub(super) closed_wakers: Vec<Waker>,
     /// Losses to report to handlers once the state lock is released.
     pub(super) losses: Vec<(Option<ServiceName>, LockLost)>,
+    /// The open named services' handles.
+    pub(super) services: BTreeMap<ServiceName, std::sync::Arc<super::backend::RaftBackend>>,
+    /// Services destroyed whose listeners are dropped once their losses are reported.
+    pub(super) destroyed_listeners: Vec<Option<ServiceName>>,
 }
 
 impl State {
@@ -306,11 +310,16 @@ impl Shared {
         let _ = self.ring.try_send(());
     }
 
-    /// Calls the lost-lock handlers for the losses recorded, outside the state lock.
+    /// Calls the lost-lock handlers for the losses recorded, outside the state lock; then
+    /// ends the streams of destroyed services.
     pub(super) fn report_losses(&self) {
         let (losses, handlers) = {
             let mut state = self.lock();
             if state.losses.is_empty() {
+                let destroyed = std::mem::take(&mut state.destroyed_listeners);
+                for service in destroyed {
+                    state.listeners.remove(&service);
+                }
                 return;
             }
             let losses = std::mem::take(&mut state.losses);
@@ -328,6 +337,11 @@ impl Shared {
                     tracing::error!(lock = %lost.name, "a lost-lock handler panicked");
                 }
             }
+        }
+        let mut state = self.lock();
+        let destroyed = std::mem::take(&mut state.destroyed_listeners);
+        for service in destroyed {
+            state.listeners.remove(&service);
         }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use raft::eraftpb::{Entry, Message, Snapshot};
-use raft::{Config, RawNode, ReadOnlyOption, ReadState, Ready, StateRole};
+use raft::{Config, RawNode, ReadOnlyOption, ReadState, StateRole};
 
 use super::persist::{HardState, PersistBatch, Recovered, SnapshotRecord};
 use super::store::{log_entry_of, record_of, Store};
@@ -100,9 +100,8 @@ pub(crate) struct Engine {
     timing: EngineTiming,
     jitter: Jitter,
     next_tick: Option<Instant>,
-    /// A ready waiting for its batch to be durable, with the batch's number.
-    unpersisted: Option<(u64, Ready)>,
-    seq: u64,
+    /// Batches not durable yet (by ready number), with the messages that wait for them.
+    unpersisted: VecDeque<(u64, Vec<Message>)>,
     persists: VecDeque<PersistBatch>,
     transmits: VecDeque<Message>,
     committed: VecDeque<Entry>,
@@ -144,8 +143,7 @@ impl Engine {
             timing,
             jitter: Jitter::new(seed ^ id.wrapping_mul(0x2545_f491_4f6c_dd1d)),
             next_tick: None,
-            unpersisted: None,
-            seq: 0,
+            unpersisted: VecDeque::new(),
             persists: VecDeque::new(),
             transmits: VecDeque::new(),
             committed: VecDeque::new(),
@@ -174,69 +172,69 @@ impl Engine {
         self.take_ready();
     }
 
-    /// Takes a ready if there is one and none is waiting for its persistence.
+    /// Takes every ready raft-rs has: messages to send now, entries and state to persist
+    /// (readable from the store at once, durable once the caller says so), committed entries
+    /// (raft-rs hands out only entries durable here), messages held back until the batch they
+    /// depend on is durable.
     fn take_ready(&mut self) {
-        if self.unpersisted.is_some() || !self.raw.has_ready() {
-            return;
-        }
-        let mut ready = self.raw.ready();
-        self.transmits.extend(ready.take_messages());
-        let mut batch = PersistBatch::default();
-        if !ready.snapshot().is_empty() {
-            batch.snapshot = Some(record_of(ready.snapshot()));
-        }
-        batch.entries = ready.entries().iter().map(log_entry_of).collect();
-        if let Some(hs) = ready.hs() {
-            batch.hard_state = Some(HardState {
-                term: hs.term,
-                vote: hs.vote,
-                commit: hs.commit,
-            });
-        }
-        self.seq += 1;
-        let seq = self.seq;
-        if batch.is_empty() {
-            self.unpersisted = Some((seq, ready));
-            self.persisted(seq);
-        } else {
-            batch.seq = seq;
-            self.persists.push_back(batch);
-            self.unpersisted = Some((seq, ready));
+        while self.raw.has_ready() {
+            let mut ready = self.raw.ready();
+            self.transmits.extend(ready.take_messages());
+            let mut batch = PersistBatch::default();
+            if !ready.snapshot().is_empty() {
+                let snapshot: Snapshot = ready.snapshot().clone();
+                let record = record_of(&snapshot);
+                self.raw.mut_store().install_snapshot(snapshot);
+                batch.snapshot = Some(record.clone());
+                self.installed = Some(record);
+            }
+            if !ready.entries().is_empty() {
+                batch.entries = ready.entries().iter().map(log_entry_of).collect();
+                let entries = ready.take_entries();
+                self.raw.mut_store().append(&entries);
+            }
+            if let Some(hs) = ready.hs() {
+                batch.hard_state = Some(HardState {
+                    term: hs.term,
+                    vote: hs.vote,
+                    commit: hs.commit,
+                });
+                self.raw.mut_store().set_hard_state(hs.clone());
+            }
+            self.read_states.extend(ready.take_read_states());
+            let committed = ready.take_committed_entries();
+            let last_committed = committed.last().map(|e| e.index);
+            self.committed.extend(committed);
+            let held_back = ready.take_persisted_messages();
+            let number = ready.number();
+            self.raw.advance_append_async(ready);
+            if let Some(index) = last_committed {
+                self.raw.advance_apply_to(index);
+            }
+            if batch.is_empty() {
+                self.raw.on_persist_ready(number);
+                self.transmits.extend(held_back);
+            } else {
+                batch.seq = number;
+                self.persists.push_back(batch);
+                self.unpersisted.push_back((number, held_back));
+            }
         }
     }
 
-    /// The caller made batch `seq` durable: the ready it came from goes on.
+    /// The caller made batch `seq` (and every one before it) durable: what waited for it
+    /// goes on.
     pub(crate) fn persisted(&mut self, seq: u64) {
-        let Some((waiting, _)) = &self.unpersisted else {
-            return;
-        };
-        if *waiting != seq {
-            return;
+        let mut any = false;
+        while self.unpersisted.front().is_some_and(|(n, _)| *n <= seq) {
+            let (_, held_back) = self.unpersisted.pop_front().expect("checked above");
+            self.transmits.extend(held_back);
+            any = true;
         }
-        let (_, mut ready) = self.unpersisted.take().expect("checked above");
-        if !ready.snapshot().is_empty() {
-            let snapshot: Snapshot = ready.snapshot().clone();
-            self.installed = Some(record_of(&snapshot));
-            self.raw.mut_store().install_snapshot(snapshot);
+        if any {
+            self.raw.on_persist_ready(seq);
+            self.after_call();
         }
-        if !ready.entries().is_empty() {
-            let entries = ready.take_entries();
-            self.raw.mut_store().append(&entries);
-        }
-        if let Some(hs) = ready.hs() {
-            self.raw.mut_store().set_hard_state(hs.clone());
-        }
-        self.read_states.extend(ready.take_read_states());
-        self.committed.extend(ready.take_committed_entries());
-        self.transmits.extend(ready.take_persisted_messages());
-        let mut light = self.raw.advance(ready);
-        if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().set_commit(commit);
-        }
-        self.transmits.extend(light.take_messages());
-        self.committed.extend(light.take_committed_entries());
-        self.raw.advance_apply();
-        self.after_call();
     }
 
     /// Ticks for every tick interval passed by `now` (at most an election's worth after a

@@ -15,3 +15,5 @@ pub mod wire;
 
 pub use engine::{EngineError, EngineTiming};
 pub use node::{RaftEvent, RaftNode, RaftSettings};
+#[cfg(test)]
+mod tests;

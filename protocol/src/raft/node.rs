@@ -684,8 +684,9 @@ impl RaftNode {
                 continue;
             }
             self.applied = entry.index;
-            if let Some(command) = command::decode(&entry.data) {
-                self.apply(now, entry.index, &command, &entry.data);
+            match command::decode(&entry.data) {
+                Some(command) => self.apply(now, entry.index, &command, &entry.data),
+                None => self.table.skip(entry.index),
             }
         }
         while let Some(state) = self.engine.poll_read_state() {
@@ -716,10 +717,19 @@ impl RaftNode {
         }
         self.follow_leadership(now);
         if self.applied >= self.applied_at_snapshot + self.settings.snapshot_every {
-            self.applied_at_snapshot = self.applied;
-            if let Some(record) = self.engine.compact(self.table.to_bytes(), self.applied) {
-                self.events.push_back(RaftEvent::Compact(record));
-            }
+            self.compact_now();
+        }
+    }
+
+    /// Takes a snapshot of the applied table now ([`RaftEvent::Compact`] follows), e.g. when
+    /// the log on disk grew large.
+    pub fn compact_now(&mut self) {
+        if self.applied <= self.applied_at_snapshot {
+            return;
+        }
+        self.applied_at_snapshot = self.applied;
+        if let Some(record) = self.engine.compact(self.table.to_bytes(), self.applied) {
+            self.events.push_back(RaftEvent::Compact(record));
         }
     }
 

@@ -57,11 +57,6 @@ impl Store {
         self.mem.wl().set_hardstate(hs);
     }
 
-    /// Records the commit index of a light ready.
-    pub(crate) fn set_commit(&mut self, commit: u64) {
-        self.mem.wl().mut_hard_state().commit = commit;
-    }
-
     /// Installs a snapshot received from the leader (it replaces the log).
     pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot) {
         if let Err(e) = self.mem.wl().apply_snapshot(snapshot.clone()) {

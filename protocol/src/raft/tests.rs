@@ -1,0 +1,134 @@
+//! A small deterministic harness of whole Raft lock clusters in memory.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use conclave_lock_api::{LockMode, LockName, MemberId};
+
+use super::persist::Recovered;
+use super::{RaftEvent, RaftNode, RaftSettings};
+use crate::Instant;
+
+pub(crate) struct Cluster {
+    pub(crate) now: Instant,
+    pub(crate) nodes: Vec<RaftNode>,
+    pub(crate) events: Vec<Vec<RaftEvent>>,
+    wire: VecDeque<(usize, super::wire::RaftPacket)>,
+}
+
+pub(crate) fn settings(n: usize) -> RaftSettings {
+    RaftSettings {
+        peers: (0..n).map(|i| format!("m{i}")).collect(),
+        ..RaftSettings::default()
+    }
+}
+
+impl Cluster {
+    pub(crate) fn new(n: usize, seed: u64) -> Cluster {
+        let nodes = (0..n)
+            .map(|i| {
+                let me = MemberId::new(
+                    (u128::from(seed) << 64) | 1,
+                    &format!("m{i}"),
+                    format!("127.0.0.1:{}", 7000 + i).parse().unwrap(),
+                )
+                .unwrap();
+                RaftNode::new(me, settings(n), &Recovered::default(), seed).unwrap()
+            })
+            .collect();
+        Cluster {
+            now: Instant::ZERO,
+            nodes,
+            events: vec![Vec::new(); n],
+            wire: VecDeque::new(),
+        }
+    }
+
+    /// Delivers everything and persists at once, then moves time by `step`.
+    pub(crate) fn step(&mut self, step: Duration) {
+        for i in 0..self.nodes.len() {
+            self.nodes[i].handle_timeout(self.now);
+        }
+        for _ in 0..100 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                while let Some(batch) = self.nodes[i].poll_persist() {
+                    moved = true;
+                    self.nodes[i].persisted(self.now, batch.seq);
+                }
+                while let Some((to, packet)) = self.nodes[i].poll_transmit() {
+                    moved = true;
+                    let to = self
+                        .nodes
+                        .iter()
+                        .position(|n| n.member().name() == to)
+                        .unwrap();
+                    self.wire.push_back((to, packet));
+                }
+                while let Some(e) = self.nodes[i].poll_event() {
+                    self.events[i].push(e);
+                }
+            }
+            while let Some((to, packet)) = self.wire.pop_front() {
+                moved = true;
+                self.nodes[to].handle_packet(self.now, packet);
+            }
+            if !moved {
+                break;
+            }
+        }
+        self.now = self.now + step;
+    }
+
+    pub(crate) fn run(&mut self, d: Duration) {
+        let steps = d.as_millis() / 10;
+        for _ in 0..steps {
+            self.step(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn three_members_elect_a_leader_and_join() {
+    let mut c = Cluster::new(3, 7);
+    c.run(Duration::from_secs(2));
+    let leaders = c.nodes.iter().filter(|n| n.is_leader()).count();
+    assert_eq!(leaders, 1);
+    for n in &c.nodes {
+        assert!(n.has_joined(), "{n:?}");
+        assert_eq!(n.members().len(), 3);
+    }
+}
+
+#[test]
+fn a_lock_is_granted_and_the_next_waits() {
+    let mut c = Cluster::new(3, 9);
+    c.run(Duration::from_secs(2));
+    let key = (None, LockName::new("x").unwrap());
+    let now = c.now;
+    c.nodes[0].lock(now, 1, key.clone(), 1, LockMode::Exclusive, true, None);
+    c.nodes[1].lock(now, 1, key.clone(), 1, LockMode::Exclusive, true, None);
+    c.run(Duration::from_millis(200));
+    let granted = |c: &Cluster, i: usize| {
+        c.events[i]
+            .iter()
+            .any(|e| matches!(e, RaftEvent::Granted { request: 1, .. }))
+    };
+    let (first, second) = if granted(&c, 0) { (0, 1) } else { (1, 0) };
+    assert!(granted(&c, first), "{:?}", c.events);
+    assert!(!granted(&c, second), "{:?}", c.events);
+    assert!(c.events[second].iter().any(|e| matches!(
+        e,
+        RaftEvent::Queued {
+            request: 1,
+            position: 1
+        }
+    )));
+    let now = c.now;
+    c.nodes[first].unlock(now, 1);
+    c.run(Duration::from_millis(200));
+    assert!(c.events[first]
+        .iter()
+        .any(|e| matches!(e, RaftEvent::Released { request: 1 })));
+    assert!(granted(&c, second), "{:?}", c.events);
+}

@@ -161,11 +161,9 @@ impl Engine {
     fn after_call(&mut self) {
         let (low, high) = (self.timing.election_ticks, self.timing.election_ticks * 2);
         let raft = &mut self.raw.raft;
-        if raft.election_elapsed == 0 {
-            if high > low {
-                let draw = self.jitter.range(low, high);
-                raft.set_randomized_election_timeout(draw);
-            }
+        if raft.election_elapsed == 0 && high > low {
+            let draw = self.jitter.range(low, high);
+            raft.set_randomized_election_timeout(draw);
         }
         self.leader = raft.leader_id;
         self.role = raft.state;

@@ -890,10 +890,8 @@ impl RaftNode {
             }
             Applied::Withdrawn {
                 member, request, ..
-            } if member == self.me => {
-                if self.mine.remove(&request).is_some() {
-                    self.events.push_back(RaftEvent::Withdrawn { request });
-                }
+            } if member == self.me && self.mine.remove(&request).is_some() => {
+                self.events.push_back(RaftEvent::Withdrawn { request });
             }
             Applied::Lost {
                 member,

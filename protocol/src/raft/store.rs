@@ -2,6 +2,9 @@
 //! plus the snapshot with its data (the lock table), which `MemStorage` does not keep. The
 //! front end makes it durable (`super::persist`); this is what raft-rs reads.
 
+// raft-rs's protobuf messages are built field by field, as its own code does.
+#![allow(clippy::field_reassign_with_default)]
+
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage};

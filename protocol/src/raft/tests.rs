@@ -77,7 +77,7 @@ impl Cluster {
                 break;
             }
         }
-        self.now = self.now + step;
+        self.now += step;
     }
 
     pub(crate) fn run(&mut self, d: Duration) {

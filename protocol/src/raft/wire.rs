@@ -7,6 +7,9 @@
 //! the other way round. Sealing with the cluster key happens below, in the transport, as for
 //! every datagram.
 
+// raft-rs's protobuf messages are built field by field, as its own code does.
+#![allow(clippy::field_reassign_with_default)]
+
 use conclave_lock_api::wire::{ClusterId, Header, HEADER_LEN, PROTOCOL_VERSION};
 use conclave_lock_api::MemberId;
 use raft::eraftpb;

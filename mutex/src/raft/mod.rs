@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! use conclave::raft::{RaftConfig, RaftPeer};
-//! use conclave::tcp::TcpMesh;
+//! use conclave::tcp::{TcpConfig, TcpMesh};
 //! use conclave::Node;
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,10 @@
 //! ];
 //! let node = Node::builder("jobs")
 //!     .name("a")
-//!     .transport(TcpMesh::bind("10.0.0.1:7800".parse()?, None)?)
+//!     .transport(TcpMesh::bind(&TcpConfig {
+//!         bind: "10.0.0.1:7800".parse()?,
+//!         ..TcpConfig::default()
+//!     })?)
 //!     .data_dir("/var/lib/jobs/conclave")
 //!     .raft(RaftConfig::new(peers))
 //!     .join()

@@ -1,16 +1,5 @@
 //! One member of a Raft lock cluster, sans-IO: the engine, the replicated table, this
 //! member's requests, its session, and (while it leads) the leases and sessions of everyone.
-//!
-//! # Sessions (docs/protocol.md, "The Raft engine")
-//! A member proves it is in touch with a leader by a ReadIndex round every quarter of the
-//! session timeout: when the round is confirmed, a leader heard from the member after the
-//! round was sent, and no newer leader existed then. The leader counts a member silent from
-//! the last message it received from it (any message; a new leader counts everyone from its
-//! takeover) and proposes [`Command::ExpireMember`] once a member was silent for the session
-//! timeout plus a margin. The member resigns (every hold lost with
-//! [`LockLostReason::Minority`], every wait failed) at the send time of its last confirmed
-//! round, or of its last granted request, plus the session timeout minus the margin: before
-//! any leader can expire it, with clocks whose rates differ by less than the margin allows.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -189,7 +178,9 @@ impl std::fmt::Debug for RaftNode {
     }
 }
 
-/// One member of a Raft lock cluster: see the [module documentation](self).
+/// One member of a Raft lock cluster: the engine, the replicated table, this member's requests,
+/// its session, and (while it leads) the leases and sessions of everyone; see [`crate::raft`]
+/// for how sessions keep exclusion.
 pub struct RaftNode {
     me: MemberId,
     id: u64,

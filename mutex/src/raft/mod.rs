@@ -12,11 +12,12 @@
 //! and its own data directory ([`crate::NodeBuilder::data_dir`]).
 //!
 //! ```no_run
+//! # #[cfg(feature = "tcp-mesh")]
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use conclave::raft::{RaftConfig, RaftPeer};
 //! use conclave::tcp::{TcpConfig, TcpMesh};
 //! use conclave::Node;
 //!
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! let peers = vec![
 //!     RaftPeer::new("a", "10.0.0.1:7800".parse()?),
 //!     RaftPeer::new("b", "10.0.0.2:7800".parse()?),

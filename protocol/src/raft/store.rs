@@ -12,6 +12,9 @@ use raft::{GetEntriesContext, RaftState, Storage};
 use super::persist::{LogEntry, Recovered, SnapshotRecord};
 use super::wire::entry_type;
 
+/// Entries kept below a local snapshot (as on disk).
+pub(crate) const KEEP_BEHIND_SNAPSHOT: u64 = 1024;
+
 /// raft-rs's `Storage` for one member.
 pub(crate) struct Store {
     mem: MemStorage,
@@ -69,20 +72,18 @@ impl Store {
         self.snapshot = snapshot;
     }
 
-    /// Keeps a snapshot made locally at `record.index` (applied) and drops the entries at or
-    /// below it.
+    /// Keeps a snapshot made locally at `record.index` (applied) and drops the entries more
+    /// than [`KEEP_BEHIND_SNAPSHOT`] below it (a follower a little behind catches up from the
+    /// log, not from a snapshot).
     pub(crate) fn compact(&mut self, record: &SnapshotRecord) {
-        let snapshot = snapshot_of(record);
-        if Storage::first_index(&self.mem).unwrap_or(0) > record.index {
-            return;
+        let below = record.index.saturating_sub(KEEP_BEHIND_SNAPSHOT) + 1;
+        if Storage::first_index(&self.mem).unwrap_or(0) < below {
+            if let Err(e) = self.mem.wl().compact(below) {
+                tracing::warn!(%e, "raft store: compaction refused");
+                return;
+            }
         }
-        let mut core = self.mem.wl();
-        if let Err(e) = core.compact(record.index + 1) {
-            tracing::warn!(%e, "raft store: compaction refused");
-            return;
-        }
-        drop(core);
-        self.snapshot = snapshot;
+        self.snapshot = snapshot_of(record);
     }
 
     /// The configuration currently in force.

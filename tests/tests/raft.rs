@@ -205,3 +205,101 @@ fn holds_and_tokens_survive_a_full_cluster_restart() {
     let after = members[1].lock("lock other");
     assert!(after > next, "{after} after {next}");
 }
+
+/// Seed 002's minority rule, on the Raft engine: a member cut off from the others resigns its
+/// holds (`Lost(Minority)`, told to the guard) and its waits (`LockError::NotMember`) before
+/// the majority grants its lock to anyone else; a `try_lock` there fails at once with
+/// `NotMember`; once it hears the others again it locks again.
+#[test]
+fn a_member_cut_off_resigns_before_the_majority_grants_again() {
+    use conclave::api::Transport;
+    use conclave::faults::Faults;
+    use conclave::memory::MemoryNetwork;
+    use conclave::raft::{RaftConfig, RaftPeer};
+    use conclave::{LockError, LockLostReason, LockStatus, Node};
+    use conclave_tests::{fixtures, within, WAIT};
+
+    let cluster = format!("raft-minority-{}", std::process::id());
+    smol::block_on(within(Duration::from_secs(120), "the scenario", async {
+        let network = MemoryNetwork::new();
+        let faults = Faults::new();
+        let transports: Vec<_> = (0..3).map(|_| faults.wrap(network.transport())).collect();
+        let peers: Vec<RaftPeer> = transports
+            .iter()
+            .enumerate()
+            .map(|(i, t)| RaftPeer::new(format!("r{i}"), t.local_addr()))
+            .collect();
+        let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+        let config = RaftConfig::local(peers);
+        let joins = transports.into_iter().enumerate().map(|(i, t)| {
+            Node::builder(&cluster)
+                .name(format!("r{i}"))
+                .transport(t)
+                .data_dir(fixtures::raft_data_dir(&cluster, i))
+                .raft(config.clone())
+                .join()
+        });
+        let nodes = within(WAIT, "join", futures::future::try_join_all(joins))
+            .await
+            .unwrap();
+        let (cut, other, third) = (&nodes[0], &nodes[1], &nodes[2]);
+        let held = within(WAIT, "lock", cut.mutex("x").unwrap().lock())
+            .await
+            .unwrap();
+        let blocker = within(WAIT, "lock y", third.mutex("y").unwrap().lock())
+            .await
+            .unwrap();
+        let mut waiting = Box::pin(cut.mutex("y").unwrap().lock());
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        let lost = held.lost();
+
+        faults.isolate(addrs[0]);
+        let (told, granted) = within(
+            WAIT,
+            "resignation and the next grant",
+            futures::future::join(async { (lost.await, std::time::Instant::now()) }, async {
+                (
+                    other.mutex("x").unwrap().lock().await,
+                    std::time::Instant::now(),
+                )
+            }),
+        )
+        .await;
+        assert_eq!(told.0, LockLostReason::Minority);
+        assert!(
+            told.1 <= granted.1,
+            "the cut-off holder was told after the next grant"
+        );
+        let next = granted
+            .0
+            .expect("the majority grants once the member is expired");
+        assert!(next.fencing_token() > held.fencing_token());
+        assert_eq!(held.status(), LockStatus::Lost);
+        assert_eq!(
+            within(WAIT, "the cut-off wait", waiting).await.unwrap_err(),
+            LockError::NotMember
+        );
+        assert_eq!(
+            within(
+                WAIT,
+                "a try_lock cut off",
+                cut.mutex("w").unwrap().try_lock()
+            )
+            .await
+            .unwrap_err(),
+            LockError::NotMember
+        );
+        drop(blocker);
+        drop(next);
+
+        faults.heal();
+        let again = within(WAIT, "a lock once healed", cut.mutex("z").unwrap().lock())
+            .await
+            .unwrap();
+        assert_eq!(again.status(), LockStatus::Held);
+        drop(again);
+        for node in nodes {
+            within(WAIT, "leave", node.leave()).await;
+        }
+    }));
+}

@@ -214,6 +214,7 @@ impl State {
                 );
             }
             RaftEvent::Busy { request } => self.fail(RequestId(request), LockError::WouldBlock),
+            RaftEvent::CutOff { request } => self.fail(RequestId(request), LockError::NotMember),
             RaftEvent::Released { request } | RaftEvent::Withdrawn { request } => {
                 let request = RequestId(request);
                 let Some(record) = self.records.get_mut(&request) else {

@@ -103,6 +103,12 @@ pub enum RaftEvent {
         /// Why.
         reason: LockLostReason,
     },
+    /// The request failed because this member is cut off from the cluster: it resigned while
+    /// the request waited, or no leader confirmed it within a session timeout since.
+    CutOff {
+        /// The request.
+        request: u64,
+    },
     /// The leader changed (`None`: none known).
     Leader(Option<MemberId>),
     /// The members this one knows changed (see [`RaftNode::members`]).
@@ -155,15 +161,23 @@ struct Mine {
 const READ_RENEW: u8 = 1;
 const READ_TABLE: u8 = 2;
 
-fn read_context(kind: u8, n: u64) -> Vec<u8> {
+/// A ReadIndex context: its kind, this member's Raft id and a number. The leader keeps pending
+/// reads by context, so contexts of different members must differ.
+fn read_context(kind: u8, id: u64, n: u64) -> Vec<u8> {
     let mut ctx = vec![kind];
+    ctx.extend_from_slice(&id.to_be_bytes());
     ctx.extend_from_slice(&n.to_be_bytes());
     ctx
 }
 
-fn parse_context(ctx: &[u8]) -> Option<(u8, u64)> {
+/// The kind and number of one of this member's (`id`) contexts.
+fn parse_context(ctx: &[u8], id: u64) -> Option<(u8, u64)> {
     let (&kind, rest) = ctx.split_first()?;
-    Some((kind, u64::from_be_bytes(rest.try_into().ok()?)))
+    let (owner, n) = rest.split_at_checked(8)?;
+    if u64::from_be_bytes(owner.try_into().ok()?) != id {
+        return None;
+    }
+    Some((kind, u64::from_be_bytes(n.try_into().ok()?)))
 }
 
 impl std::fmt::Debug for RaftNode {
@@ -392,6 +406,10 @@ impl RaftNode {
         lease: Option<Duration>,
     ) {
         self.start(now);
+        if self.resigned && !wait {
+            self.events.push_back(RaftEvent::CutOff { request });
+            return;
+        }
         let done_below = self
             .mine
             .iter()
@@ -497,7 +515,8 @@ impl RaftNode {
     pub fn read_table(&mut self, now: Instant, query: u64) {
         self.start(now);
         self.reads.insert(query, (None, now));
-        self.engine.read_index(read_context(READ_TABLE, query));
+        self.engine
+            .read_index(read_context(READ_TABLE, self.id, query));
         self.pump(now);
     }
 
@@ -681,7 +700,7 @@ impl RaftNode {
             }
         }
         while let Some(state) = self.engine.poll_read_state() {
-            match parse_context(&state.request_ctx) {
+            match parse_context(&state.request_ctx, self.id) {
                 Some((READ_RENEW, stamp)) => {
                     if let Some(sent) = self.stamps.remove(&stamp) {
                         self.stamps.retain(|s, _| *s > stamp);
@@ -960,7 +979,8 @@ impl RaftNode {
             // Forget rounds that can no longer help.
             let horizon = self.settings.session_timeout;
             self.stamps.retain(|_, sent| *sent + horizon > now);
-            self.engine.read_index(read_context(READ_RENEW, stamp));
+            self.engine
+                .read_index(read_context(READ_RENEW, self.id, stamp));
         }
     }
 
@@ -987,7 +1007,8 @@ impl RaftNode {
             .collect();
         for query in reads {
             self.reads.insert(query, (None, now));
-            self.engine.read_index(read_context(READ_TABLE, query));
+            self.engine
+                .read_index(read_context(READ_TABLE, self.id, query));
         }
     }
 
@@ -1000,7 +1021,13 @@ impl RaftNode {
                 .started
                 .is_some_and(|s| now >= s + self.settings.session_timeout),
         };
-        if !cut_off || self.resigned && self.mine.values().all(|m| m.stage == Stage::Over) {
+        // Once per cut-off: requests made after the resignation wait for contact again (a
+        // grant proves it) for a session timeout.
+        if self.resigned {
+            self.expire_cut_off_requests(now);
+            return;
+        }
+        if !cut_off {
             return;
         }
         let live: Vec<(u64, Stage)> = self
@@ -1012,12 +1039,38 @@ impl RaftNode {
         if live.is_empty() {
             return;
         }
-        if !self.resigned {
-            tracing::info!(member = %self.me, "raft: no leader confirmed this member in time; its holds and waits end");
-        }
+        tracing::info!(member = %self.me, "raft: no leader confirmed this member in time; its holds and waits end");
         self.resigned = true;
         for (request, stage) in live {
-            self.lost(request, stage == Stage::Held, LockLostReason::Minority);
+            if stage == Stage::Held {
+                self.lost(request, true, LockLostReason::Minority);
+            } else {
+                self.cut_off(request);
+            }
+            self.cancel_stray(now, request);
+        }
+    }
+
+    /// Fails a waiting request: this member is cut off.
+    fn cut_off(&mut self, request: u64) {
+        if let Some(m) = self.mine.get_mut(&request) {
+            m.stage = Stage::Over;
+            self.events.push_back(RaftEvent::CutOff { request });
+        }
+    }
+
+    /// While resigned, a request that found no leader within a session timeout fails.
+    fn expire_cut_off_requests(&mut self, now: Instant) {
+        let timeout = self.settings.session_timeout;
+        let late: Vec<u64> = self
+            .mine
+            .iter()
+            .filter(|(_, m)| matches!(m.stage, Stage::Asked | Stage::Waiting))
+            .filter(|(_, m)| now >= m.sent + timeout)
+            .map(|(r, _)| *r)
+            .collect();
+        for request in late {
+            self.cut_off(request);
             self.cancel_stray(now, request);
         }
     }

@@ -132,3 +132,32 @@ fn a_lock_is_granted_and_the_next_waits() {
         .any(|e| matches!(e, RaftEvent::Released { request: 1 })));
     assert!(granted(&c, second), "{:?}", c.events);
 }
+
+#[test]
+fn renewals_keep_a_hold_for_many_session_timeouts() {
+    let mut c = Cluster::new(3, 11);
+    c.run(Duration::from_secs(2));
+    for i in 0..3 {
+        let now = c.now;
+        c.nodes[i].lock(
+            now,
+            1,
+            (None, LockName::new(&format!("k{i}")).unwrap()),
+            1,
+            LockMode::Exclusive,
+            true,
+            None,
+        );
+    }
+    c.run(Duration::from_secs(20));
+    for i in 0..3 {
+        assert!(
+            !c.events[i]
+                .iter()
+                .any(|e| matches!(e, RaftEvent::Lost { .. })),
+            "member {i}: {:?}",
+            c.events[i]
+        );
+        assert!(!c.nodes[i].is_resigned());
+    }
+}

@@ -142,7 +142,7 @@ fn renewals_keep_a_hold_for_many_session_timeouts() {
         c.nodes[i].lock(
             now,
             1,
-            (None, LockName::new(&format!("k{i}")).unwrap()),
+            (None, LockName::new(format!("k{i}")).unwrap()),
             1,
             LockMode::Exclusive,
             true,

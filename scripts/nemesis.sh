@@ -4,7 +4,7 @@
 # and restart, SIGSTOP/SIGCONT, packet loss and partitions with nftables, in-process delay and
 # reordering, garbage bytes), then a quiet phase and a checker that reads only the logs.
 #
-#   scripts/nemesis.sh --seconds N [--policy available|majority] [--transport udp|tcp] [--key]
+#   scripts/nemesis.sh --seconds N [--policy available|majority|raft] [--transport udp|tcp] [--key]
 #                      [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
 #                      [--spare-coordinator]
 #

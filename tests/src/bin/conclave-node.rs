@@ -12,7 +12,10 @@
 //! host). Over `tcp`, it listens on 127.0.0.1 with an ephemeral port (printed in `READY`) and
 //! discovers its peers through the seed addresses, which must be loopback addresses; with no
 //! seeds it founds the cluster. Either way it uses the fast one-host timings
-//! ([`EndpointConfig::local`]). `--majority N` selects the `Majority { cluster_size: N }`
+//! ([`EndpointConfig::local`]). `--raft NAME,NAME,...` runs the member on the Raft engine
+//! instead, over the TCP mesh: the names are the members', in the order of the seed addresses
+//! (every member's address, its own included), its session timeout the `--suspect-ms`, its log
+//! in `--data-dir` (required). `--majority N` selects the `Majority { cluster_size: N }`
 //! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
 //! term it promised, so fencing tokens never go back across restarts); `--key-file FILE` the
 //! cluster key (64 hex digits) that seals its traffic; `--suspect-ms MS` the failure detector's
@@ -119,6 +122,8 @@ struct Args {
     suspect: Option<Duration>,
     founding: Founding,
     bind: Option<SocketAddr>,
+    /// The Raft engine's member names, in the seeds' order.
+    raft: Option<Vec<String>>,
 }
 
 /// Which transport, and where.
@@ -136,8 +141,12 @@ impl Args {
         let mut suspect = None;
         let mut founding = Founding::Alone;
         let mut bind = None;
+        let mut raft = None;
         while let Some(arg) = args.next() {
-            if arg == "--bind" {
+            if arg == "--raft" {
+                let names = args.next().ok_or("--raft needs the members' names")?;
+                raft = Some(names.split(',').map(str::to_owned).collect());
+            } else if arg == "--bind" {
                 let addr = args.next().ok_or("--bind needs an address")?;
                 let addr = addr
                     .parse::<SocketAddr>()
@@ -228,6 +237,7 @@ impl Args {
             suspect,
             founding,
             bind,
+            raft,
         })
     }
 }
@@ -267,6 +277,23 @@ enum Input {
 async fn run(args: Args) -> Result<(), String> {
     let builder = Node::builder(args.cluster);
     let delay = DelayControl::default();
+    let raft = match (&args.raft, &args.backend) {
+        (Some(names), Backend::Tcp { seeds }) if names.len() == seeds.len() => {
+            let peers = names
+                .iter()
+                .zip(seeds)
+                .map(|(name, addr)| conclave::raft::RaftPeer::new(name, *addr))
+                .collect();
+            let mut config = conclave::raft::RaftConfig::new(peers);
+            config.tick = Duration::from_millis(10);
+            config.session_timeout = args.suspect.unwrap_or(Duration::from_secs(1));
+            Some(config)
+        }
+        (Some(_), _) => {
+            return Err("--raft needs tcp and one name per seed address".to_owned());
+        }
+        (None, _) => None,
+    };
     let builder = match (args.backend, args.bind) {
         (Backend::Udp { port, group }, bind) => {
             let mut config = UdpConfig {
@@ -309,6 +336,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(file) = args.key_file {
         builder = builder.cluster_key_file(file);
+    }
+    if let Some(config) = raft {
+        builder = builder.raft(config);
     }
     let node = builder.join().await.map_err(|e| format!("join: {e}"))?;
     let mut views = node.views();

@@ -39,6 +39,8 @@ pub struct Plan {
     pub transport: String,
     /// `Majority { 5 }` rather than `Available`.
     pub majority: bool,
+    /// The Raft engine instead of the group backend (over TCP).
+    pub raft: bool,
     /// The cluster key file, if any.
     pub key_file: Option<PathBuf>,
     /// The failure detector's suspect timeout.
@@ -125,7 +127,10 @@ impl Member {
             .arg(plan.suspect_ms.to_string())
             .arg("--founding")
             .arg(founding);
-        if plan.majority {
+        if plan.raft {
+            let names: Vec<String> = (1..=plan.size).map(|k| format!("n{k}")).collect();
+            cmd.arg("--raft").arg(names.join(","));
+        } else if plan.majority {
             cmd.arg("--majority").arg(plan.size.to_string());
         }
         if let Some(key) = &plan.key_file {

@@ -19,7 +19,7 @@ const WARM_UP: Duration = Duration::from_secs(3);
 /// The most members down (killed and not yet back, or paused) at once.
 const MAX_DOWN: usize = 2;
 
-const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|majority] \
+const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|majority|raft] \
 [--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken] \
 [--spare-coordinator]
        conclave-nemesis --check DIR [--policy available|majority] [--suspect-ms MS]";
@@ -29,6 +29,8 @@ const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|maj
 struct Options {
     seconds: u64,
     majority: bool,
+    /// The Raft engine (over TCP), checked as strictly as `Majority`.
+    raft: bool,
     transport: String,
     key: bool,
     seed: u64,
@@ -49,6 +51,7 @@ impl Options {
         let mut o = Self {
             seconds: 60,
             majority: true,
+            raft: false,
             transport: "udp".to_owned(),
             key: false,
             seed: now_us(),
@@ -79,10 +82,14 @@ impl Options {
                     o.out = Some(PathBuf::from(value()?));
                 }
                 "--policy" => {
-                    o.majority = match value()?.as_str() {
-                        "majority" => true,
+                    let policy = value()?;
+                    o.raft = policy == "raft";
+                    o.majority = match policy.as_str() {
+                        "majority" | "raft" => true,
                         "available" => false,
-                        other => return Err(format!("--policy {other}: available or majority")),
+                        other => {
+                            return Err(format!("--policy {other}: available, majority or raft"))
+                        }
                     }
                 }
                 "--transport" => {
@@ -94,7 +101,21 @@ impl Options {
                 other => return Err(format!("unknown argument {other}")),
             }
         }
+        if o.raft && o.transport != "tcp" {
+            return Err("--policy raft runs over --transport tcp".to_owned());
+        }
         Ok(o)
+    }
+
+    /// The `--policy` value.
+    fn policy(&self) -> &'static str {
+        if self.raft {
+            "raft"
+        } else if self.majority {
+            "majority"
+        } else {
+            "available"
+        }
     }
 
     /// The arguments that rerun this run (without `--out` and `--inside`).
@@ -102,11 +123,7 @@ impl Options {
         format!(
             "scripts/nemesis.sh --seconds {} --policy {} --transport {}{} --seed {}{}{}{}{}",
             self.seconds,
-            if self.majority {
-                "majority"
-            } else {
-                "available"
-            },
+            self.policy(),
             self.transport,
             if self.key { " --key" } else { "" },
             self.seed,
@@ -134,11 +151,7 @@ impl Options {
             "--seconds",
             &self.seconds.to_string(),
             "--policy",
-            if self.majority {
-                "majority"
-            } else {
-                "available"
-            },
+            self.policy(),
             "--transport",
             &self.transport,
             "--seed",
@@ -220,11 +233,7 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
 fn outside(options: &Options) -> Result<ExitCode, String> {
     let name = format!(
         "{}-{}{}-seed{}",
-        if options.majority {
-            "majority"
-        } else {
-            "available"
-        },
+        options.policy(),
         options.transport,
         if options.key { "-key" } else { "" },
         options.seed
@@ -625,6 +634,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
         dir: dir.clone(),
         transport: options.transport.clone(),
         majority: options.majority,
+        raft: options.raft,
         key_file,
         suspect_ms: options.suspect_ms,
         hold_ms: options.hold_ms,
@@ -651,7 +661,9 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
     };
     println!(
         "nemesis: {} over {}{}, seed {}, {} s of faults, run folder {}",
-        if options.majority {
+        if options.raft {
+            "the Raft engine"
+        } else if options.majority {
             "Majority{5}"
         } else {
             "Available"

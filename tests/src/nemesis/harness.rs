@@ -678,14 +678,17 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
         options.seconds,
         dir.display()
     );
-    // Start: the first member founds, the others join it.
+    // Start: the first member founds, the others join it (Raft members all start at once:
+    // each waits for a majority).
     let (plan, out) = (run.plan.clone(), run.out.clone());
     run.members[0].start(0, &plan, "alone", &out)?;
-    wait_ready(&mut run, &[0])?;
+    if !plan.raft {
+        wait_ready(&mut run, &[0])?;
+    }
     for i in 1..run.members.len() {
         run.members[i].start(i, &plan, "with-others", &out)?;
     }
-    wait_ready(&mut run, &[1, 2, 3, 4])?;
+    wait_ready(&mut run, &[0, 1, 2, 3, 4])?;
     // A short calm first, so the fault phase's figures measure the faults, not the start.
     let calm = Instant::now() + WARM_UP;
     while Instant::now() < calm {

@@ -280,8 +280,12 @@ impl RawLockBackend for RaftBackend {
 
     fn status(&self, request: RequestId) -> LockStatus {
         let state = self.shared.lock();
+        let now = state.now();
         match state.records.get(&request).map(|r| &r.phase) {
-            Some(Phase::Held(_) | Phase::Releasing(_)) if state.node.is_resigned() => {
+            // Its session or lease ran out and the driver has not said so yet (e.g. right
+            // after a pause): not known to be held.
+            Some(Phase::Held(_) | Phase::Releasing(_)) if !state.node.believes(now, request.0) => {
+                self.shared.ring();
                 LockStatus::Suspended
             }
             Some(Phase::Held(_) | Phase::Releasing(_)) => LockStatus::Held,
@@ -312,17 +316,22 @@ impl RawLockBackend for RaftBackend {
 
     fn holds(&self) -> Vec<HeldLock> {
         let state = self.shared.lock();
+        let now = state.now();
         let mut holds: Vec<HeldLock> = state
             .records
-            .values()
-            .filter(|r| r.service == self.service)
-            .filter_map(|r| match r.phase {
+            .iter()
+            .filter(|(_, r)| r.service == self.service)
+            .filter_map(|(id, r)| match r.phase {
                 Phase::Held(token) | Phase::Releasing(token) => Some(HeldLock::new(
                     r.name.clone(),
                     state.owner(r.owner),
                     r.mode,
                     token,
-                    LockStatus::Held,
+                    if state.node.believes(now, id.0) {
+                        LockStatus::Held
+                    } else {
+                        LockStatus::Suspended
+                    },
                 )),
                 _ => None,
             })

@@ -368,6 +368,19 @@ impl RaftNode {
         self.applied
     }
 
+    /// Whether this member may believe, at `now`, that `request` holds its lock: it was granted,
+    /// and neither this member's session nor the hold's own lease has run out by `now` (even if
+    /// the timers that end them have not run yet: a process that was paused must not read a
+    /// stale `Held`).
+    pub fn believes(&self, now: Instant, request: u64) -> bool {
+        let Some(m) = self.mine.get(&request) else {
+            return false;
+        };
+        m.stage == Stage::Held
+            && self.session_until.is_some_and(|until| now < until)
+            && m.lease.is_none_or(|lease| now < m.sent + lease)
+    }
+
     /// Whether this incarnation's `Join` was applied here (it is a member of the cluster).
     pub fn has_joined(&self) -> bool {
         self.joined

@@ -14,6 +14,9 @@ pub(crate) struct Cluster {
     pub(crate) nodes: Vec<RaftNode>,
     pub(crate) events: Vec<Vec<RaftEvent>>,
     wire: VecDeque<(usize, super::wire::RaftPacket)>,
+    /// Paused nodes get no input; what is sent to them waits (as in a socket buffer).
+    pub(crate) paused: Vec<bool>,
+    held: VecDeque<(usize, super::wire::RaftPacket)>,
 }
 
 pub(crate) fn settings(n: usize) -> RaftSettings {
@@ -41,17 +44,32 @@ impl Cluster {
             nodes,
             events: vec![Vec::new(); n],
             wire: VecDeque::new(),
+            paused: vec![false; n],
+            held: VecDeque::new(),
         }
     }
 
     /// Delivers everything and persists at once, then moves time by `step`.
     pub(crate) fn step(&mut self, step: Duration) {
         for i in 0..self.nodes.len() {
-            self.nodes[i].handle_timeout(self.now);
+            if !self.paused[i] {
+                self.nodes[i].handle_timeout(self.now);
+            }
+        }
+        let held = std::mem::take(&mut self.held);
+        for (to, packet) in held {
+            if self.paused[to] {
+                self.held.push_back((to, packet));
+            } else {
+                self.wire.push_back((to, packet));
+            }
         }
         for _ in 0..100 {
             let mut moved = false;
             for i in 0..self.nodes.len() {
+                if self.paused[i] {
+                    continue;
+                }
                 while let Some(batch) = self.nodes[i].poll_persist() {
                     moved = true;
                     self.nodes[i].persisted(self.now, batch.seq);
@@ -71,7 +89,11 @@ impl Cluster {
             }
             while let Some((to, packet)) = self.wire.pop_front() {
                 moved = true;
-                self.nodes[to].handle_packet(self.now, packet);
+                if self.paused[to] {
+                    self.held.push_back((to, packet));
+                } else {
+                    self.nodes[to].handle_packet(self.now, packet);
+                }
             }
             if !moved {
                 break;
@@ -160,4 +182,54 @@ fn renewals_keep_a_hold_for_many_session_timeouts() {
         );
         assert!(!c.nodes[i].is_resigned());
     }
+}
+
+#[test]
+fn a_paused_leader_resigns_then_regains_contact() {
+    let mut c = Cluster::new(3, 13);
+    c.run(Duration::from_secs(2));
+    let leader = c.nodes.iter().position(RaftNode::is_leader).unwrap();
+    let now = c.now;
+    let key = (None, LockName::new("x").unwrap());
+    c.nodes[leader].lock(now, 1, key.clone(), 1, LockMode::Exclusive, true, None);
+    c.run(Duration::from_millis(300));
+    assert!(c.nodes[leader].believes(c.now, 1));
+    c.paused[leader] = true;
+    c.run(Duration::from_secs(9));
+    assert!(
+        !c.nodes[leader].believes(c.now, 1),
+        "a paused holder's belief ends with its session"
+    );
+    let other = (leader + 1) % 3;
+    let now = c.now;
+    c.nodes[other].lock(now, 1, key.clone(), 1, LockMode::Exclusive, true, None);
+    c.run(Duration::from_millis(500));
+    assert!(
+        c.events[other]
+            .iter()
+            .any(|e| matches!(e, RaftEvent::Granted { request: 1, .. })),
+        "{:?}",
+        c.events[other]
+    );
+    c.paused[leader] = false;
+    c.run(Duration::from_secs(3));
+    assert!(
+        c.events[leader]
+            .iter()
+            .any(|e| matches!(e, RaftEvent::Lost { request: 1, .. })),
+        "{:?}",
+        c.events[leader]
+    );
+    assert!(!c.nodes[leader].is_resigned(), "contact proved again");
+    let now = c.now;
+    let y = (None, LockName::new("y").unwrap());
+    c.nodes[leader].lock(now, 2, y, 2, LockMode::Exclusive, true, None);
+    c.run(Duration::from_millis(500));
+    assert!(
+        c.events[leader]
+            .iter()
+            .any(|e| matches!(e, RaftEvent::Granted { request: 2, .. })),
+        "{:?}",
+        c.events[leader]
+    );
 }

@@ -94,7 +94,69 @@ const USAGE: &str =
 /// The most seed addresses accepted.
 const MAX_SEEDS: usize = 64;
 
+/// With `CONCLAVE_NODE_LOG=debug` (or `info`, `trace`), the library's `tracing` events go to
+/// stderr, one line each (the nemesis keeps stderr in `node-<name>.err`).
+mod log {
+    use std::fmt::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    pub(super) struct Stderr {
+        pub(super) level: Level,
+        pub(super) next: AtomicU64,
+    }
+
+    struct Line(String);
+
+    impl Visit for Line {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl Subscriber for Stderr {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            *metadata.level() <= self.level
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut line = Line(String::new());
+            event.record(&mut line);
+            eprintln!(
+                "{} {} {}{}",
+                conclave_tests::nemesis::now_us(),
+                event.metadata().level(),
+                event.metadata().target(),
+                line.0
+            );
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Installs the stderr logger if `CONCLAVE_NODE_LOG` names a level.
+    pub(super) fn install() {
+        let level = match std::env::var("CONCLAVE_NODE_LOG").as_deref() {
+            Ok("trace") => Level::TRACE,
+            Ok("debug") => Level::DEBUG,
+            Ok("info") => Level::INFO,
+            _ => return,
+        };
+        let _ = tracing::subscriber::set_global_default(Stderr {
+            level,
+            next: AtomicU64::new(0),
+        });
+    }
+}
+
 fn main() -> ExitCode {
+    log::install();
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(message) => {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant as StdInstant};
 use async_channel::Receiver;
 use async_io::Timer;
 use conclave_lock_api::wire::ClusterId;
-use conclave_lock_api::{LockError, Transport};
+use conclave_lock_api::{LockError, LockLostReason, Transport};
 use conclave_protocol::raft::wire::{decode_packet, encode_packet};
 use conclave_protocol::raft::RaftEvent;
 use futures::future::{select, Either};
@@ -88,6 +88,11 @@ impl Driver {
                     // Without its log on disk this member must not answer as if it had it.
                     tracing::error!(%error, "raft: the log could not be written; the member stops");
                     state.closed = true;
+                    let requests: Vec<_> = state.records.keys().copied().collect();
+                    for request in requests {
+                        state.lose(request, LockLostReason::Shutdown);
+                        state.fail(request, LockError::Shutdown);
+                    }
                     *left = true;
                     break;
                 }

@@ -550,8 +550,13 @@ impl RaftNode {
         let taken = self.engine.propose(bytes.clone());
         self.pending.push(Pending {
             bytes,
-            proposed: taken.then_some(now),
+            // Without a leader the proposal waits for one (or the retry interval): never a
+            // busy loop of proposals raft-rs drops.
+            proposed: Some(now),
         });
+        if !taken {
+            tracing::trace!("raft: no leader for a proposal yet");
+        }
         self.pump(now);
     }
 
@@ -1008,9 +1013,8 @@ impl RaftNode {
             .collect();
         for i in due {
             let bytes = self.pending[i].bytes.clone();
-            if self.engine.propose(bytes) {
-                self.pending[i].proposed = Some(now);
-            }
+            self.engine.propose(bytes);
+            self.pending[i].proposed = Some(now);
         }
         let reads: Vec<u64> = self
             .reads

@@ -381,6 +381,13 @@ impl RaftNode {
             && m.lease.is_none_or(|lease| now < m.sent + lease)
     }
 
+    /// Changes how many applied entries there are between snapshots (tests; the setting is
+    /// otherwise fixed at start).
+    #[cfg(test)]
+    pub(crate) fn set_snapshot_every(&mut self, entries: u64) {
+        self.settings.snapshot_every = entries;
+    }
+
     /// Whether this incarnation's `Join` was applied here (it is a member of the cluster).
     pub fn has_joined(&self) -> bool {
         self.joined

@@ -233,3 +233,50 @@ fn a_paused_leader_resigns_then_regains_contact() {
         c.events[leader]
     );
 }
+
+#[test]
+fn snapshots_compact_the_log_and_a_lagging_member_catches_up() {
+    let mut c = Cluster::new(3, 17);
+    for n in &mut c.nodes {
+        n.set_snapshot_every(100);
+    }
+    c.run(Duration::from_secs(2));
+    let leader = c.nodes.iter().position(RaftNode::is_leader).unwrap();
+    let lagging = (leader + 1) % 3;
+    let worker = (leader + 2) % 3;
+    c.paused[lagging] = true;
+    let key = (None, LockName::new("x").unwrap());
+    for r in 1..=700u64 {
+        let now = c.now;
+        c.nodes[worker].lock(now, r, key.clone(), 1, LockMode::Exclusive, true, None);
+        c.step(Duration::from_millis(10));
+        let now = c.now;
+        c.nodes[worker].unlock(now, r);
+        c.step(Duration::from_millis(10));
+    }
+    c.run(Duration::from_millis(500));
+    let granted = c.events[worker]
+        .iter()
+        .filter(|e| matches!(e, RaftEvent::Granted { .. }))
+        .count();
+    assert_eq!(granted, 700);
+    assert!(c.events[worker]
+        .iter()
+        .any(|e| matches!(e, RaftEvent::Compact(_))));
+    // The lagging member is more than the kept entries behind: it gets the snapshot.
+    c.paused[lagging] = false;
+    c.run(Duration::from_secs(3));
+    assert_eq!(
+        c.nodes[lagging].applied_index(),
+        c.nodes[leader].applied_index(),
+        "{:?}",
+        c.events[lagging]
+            .iter()
+            .filter(|e| matches!(e, RaftEvent::Installed(_)))
+            .count()
+    );
+    assert_eq!(c.nodes[lagging].table(), c.nodes[leader].table());
+    assert!(c.events[lagging]
+        .iter()
+        .any(|e| matches!(e, RaftEvent::Installed(_))));
+}

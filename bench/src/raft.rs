@@ -48,7 +48,7 @@ use conclave::{DistributedMutex, EndpointConfig, Founding, Node, PartitionPolicy
 
 use super::{micros, percentile, Error, Floor, Mode, Proc};
 
-/// Alternating rounds of every measurement.
+/// Alternating rounds of every measurement (`CONCLAVE_BENCH_RAFT_ROUNDS` to change).
 const ROUNDS: usize = 5;
 /// Uncontended samples per round, system and member...
 const SAMPLES: usize = 200;
@@ -58,7 +58,8 @@ const SAMPLE_BUDGET: Duration = Duration::from_secs(5);
 const ROUND: Duration = Duration::from_secs(2);
 /// No answer (of a child, a lock, an etcd request) waits longer.
 const PATIENCE: Duration = Duration::from_secs(30);
-/// Lock/unlock pairs written before a full-cluster restart.
+/// Lock/unlock pairs written before a full-cluster restart (`CONCLAVE_BENCH_RAFT_PAIRS` to
+/// change).
 const FILL_PAIRS: usize = 10_000;
 /// Concurrent tasks (each on a lock of its own) writing them.
 const FILL_TASKS: usize = 8;
@@ -278,10 +279,6 @@ impl Kid {
             stdin,
             lines,
         })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     fn send(&mut self, line: &str) -> Result<(), Error> {
@@ -1229,9 +1226,19 @@ fn machine() -> String {
     format!("{model}, {cores} cores, Linux {}", kernel.trim())
 }
 
+/// A count from the environment, or its default.
+fn from_env(name: &str, default: usize) -> Result<usize, Error> {
+    match std::env::var(name) {
+        Ok(n) => Ok(n.parse()?),
+        Err(_) => Ok(default),
+    }
+}
+
 async fn measure() -> Result<(), Error> {
+    let rounds = from_env("CONCLAVE_BENCH_RAFT_ROUNDS", ROUNDS)?;
+    let fill_pairs = from_env("CONCLAVE_BENCH_RAFT_PAIRS", FILL_PAIRS)?;
     let scratch = Scratch::create()?;
-    println!("conclave bench, raft mode: the Raft engine beside the group backend (TCP, loopback), {ROUNDS} alternating rounds");
+    println!("conclave bench, raft mode: the Raft engine beside the group backend (TCP, loopback), {rounds} alternating rounds");
     println!("machine: {}", machine());
     println!(
         "data directories: disk {} ({}), tmpfs {} ({})",
@@ -1287,7 +1294,7 @@ async fn measure() -> Result<(), Error> {
     let mut etcd_figures: Vec<Figures> = etcds.iter().map(|_| Figures::default()).collect();
     let mut gateway = Vec::new();
     let mut loads = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         for _ in 0..SAMPLES {
             rtts.push(floor.round_trip()?);
         }
@@ -1322,7 +1329,7 @@ async fn measure() -> Result<(), Error> {
             figures.rates.push(etcd.contended()?);
         }
         loads.push(load());
-        println!("round {} of {ROUNDS} done, {}", round + 1, load());
+        println!("round {} of {rounds} done, {}", round + 1, load());
     }
     rtts.sort();
     gateway.sort();
@@ -1331,13 +1338,16 @@ async fn measure() -> Result<(), Error> {
         .iter()
         .map(|c| format!("{}: {}", c.label, c.leader_moves))
         .collect();
+    let group_label = group.label.clone();
     group.stop().await;
     for cluster in rafts {
         cluster.stop().await;
     }
+    let etcd_labels: Vec<String> = etcds.iter().map(|e| e.label.clone()).collect();
     drop(etcds);
-    drop(floor);
+    // The pong process first: it would complain of the closed connection.
     drop(pong);
+    drop(floor);
 
     println!();
     println!(
@@ -1349,7 +1359,7 @@ async fn measure() -> Result<(), Error> {
     println!();
     println!("| system | lock + unlock (awaited) from a member that is not the leader (grantor): p50 / p90 / p99 (samples) | p50 ÷ floor | from the leader's (grantor's) process: p50 / p90 / p99 (samples) | p50 ÷ floor | contended, 3 processes, lock + awaited unlock: handoffs/s, median (each round) | ÷ (1/RTT) |");
     println!("|---|---|---|---|---|---|---|");
-    group_figures.row(&group.label, floor_p50);
+    group_figures.row(&group_label, floor_p50);
     for (label, figures) in [Storage::DiskSync, Storage::TmpfsSync, Storage::DiskNoSync]
         .iter()
         .zip(&mut raft_figures)
@@ -1358,10 +1368,9 @@ async fn measure() -> Result<(), Error> {
     }
     if let Some(version) = &etcd_version {
         let version = version.trim_start_matches("etcd Version: ");
-        for (i, figures) in etcd_figures.iter_mut().enumerate() {
-            let label = ["disk", "tmpfs"][i];
+        for (label, figures) in etcd_labels.iter().zip(&mut etcd_figures) {
             figures.row(
-                &format!("etcd {version}, {label}, v3lock through the HTTP gateway"),
+                &format!("{label} ({version}), v3lock through the HTTP gateway"),
                 floor_p50,
             );
         }
@@ -1384,14 +1393,14 @@ async fn measure() -> Result<(), Error> {
     println!();
     println!("recovery, at the start: {}", load());
     let cases = [
-        (Storage::DiskSync, 0, NO_SNAPSHOTS, "disk, `sync: true`, empty log (the members' arrivals only)"),
-        (Storage::DiskSync, FILL_PAIRS, NO_SNAPSHOTS, "disk, `sync: true`, 10,000 pairs, no snapshot"),
-        (Storage::DiskSync, FILL_PAIRS, DEFAULT_SNAPSHOTS, "disk, `sync: true`, 10,000 pairs, `snapshot_every` 10,000"),
-        (Storage::TmpfsSync, FILL_PAIRS, NO_SNAPSHOTS, "tmpfs, `sync: true`, 10,000 pairs, no snapshot"),
+        (Storage::DiskSync, 0, NO_SNAPSHOTS, "disk, `sync: true`, empty log (the members' arrivals only)".to_owned()),
+        (Storage::DiskSync, fill_pairs, NO_SNAPSHOTS, format!("disk, `sync: true`, {fill_pairs} pairs, no snapshot")),
+        (Storage::DiskSync, fill_pairs, DEFAULT_SNAPSHOTS, format!("disk, `sync: true`, {fill_pairs} pairs, `snapshot_every` {DEFAULT_SNAPSHOTS}")),
+        (Storage::TmpfsSync, fill_pairs, NO_SNAPSHOTS, format!("tmpfs, `sync: true`, {fill_pairs} pairs, no snapshot")),
     ];
     let mut recoveries = Vec::new();
     for (storage, pairs, snapshots, label) in cases {
-        let r = recovery(&scratch, storage, pairs, snapshots, label)?;
+        let r = recovery(&scratch, storage, pairs, snapshots, &label)?;
         println!("recovery case done: {label}, {}", load());
         recoveries.push(r);
     }

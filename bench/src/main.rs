@@ -4,8 +4,9 @@
 //! shared and noisy: compare ratios within one run only.
 //!
 //! Run: `cargo run --release -p conclave-bench --bin bench -- udp` (or `tcp`, `seal`, `cache`,
-//! `transfer`, `scale` or `redis`; the `scale` mode is described in `scale.rs`, the `redis`
-//! mode, Conclave beside a Redis lock, in `redis.rs`)
+//! `transfer`, `scale`, `redis` or `raft`; the `scale` mode is described in `scale.rs`, the
+//! `redis` mode, Conclave beside a Redis lock, in `redis.rs`, the `raft` mode, the Raft engine
+//! beside the group backend (and etcd), in `raft.rs`)
 //!
 //! `CONCLAVE_BENCH_SPIN_US=N` sets every member's `spin_wait` to N µs (default: the library's
 //! default), to see the trade-off between spinning and sleeping on this machine.
@@ -64,6 +65,7 @@ use crate::counting::{Counting, SendCounter};
 mod chart;
 mod contend;
 mod counting;
+mod raft;
 mod redis;
 mod relay;
 mod scale;
@@ -80,6 +82,7 @@ fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("child") if args.get(1).is_some_and(|a| a == "scale") => scale::child(&args[2..]),
+        Some("child") if args.get(1).is_some_and(|a| a == "raft") => raft::child(&args[2..]),
         Some("child") => child(&args[1..]),
         Some("scale") => scale::run(),
         None | Some("udp") => smol::block_on(parent(Mode::Udp)),
@@ -88,8 +91,9 @@ fn main() -> Result<(), Error> {
         Some("cache") => smol::block_on(cache()),
         Some("transfer") => smol::block_on(transfer()),
         Some("redis") => smol::block_on(redis::run()),
+        Some("raft") => raft::run(),
         Some(other) => Err(format!(
-            "unknown mode {other:?}; use `udp`, `tcp`, `seal`, `cache`, `transfer`, `scale` or `redis`"
+            "unknown mode {other:?}; use `udp`, `tcp`, `seal`, `cache`, `transfer`, `scale`, `redis` or `raft`"
         )
         .into()),
     }

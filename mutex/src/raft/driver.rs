@@ -26,7 +26,7 @@ const COMPACT_LOG_BYTES: u64 = 8 << 20;
 
 /// What one turn of the driver must send, and whether it is done.
 struct Turn {
-    sends: Vec<(SocketAddr, Vec<u8>)>,
+    sends: Vec<(String, SocketAddr, Vec<u8>)>,
     next: Option<StdInstant>,
     done: bool,
 }
@@ -46,9 +46,18 @@ impl Driver {
         let mut left = false;
         loop {
             let turn = self.turn(&mut left_by, &mut left);
-            for (to, bytes) in &turn.sends {
+            let mut unreachable = Vec::new();
+            for (name, to, bytes) in &turn.sends {
                 if let Err(error) = self.transport.send_to(*to, bytes) {
                     tracing::debug!(%to, %error, "raft: packet not sent");
+                    unreachable.push(name);
+                }
+            }
+            if !unreachable.is_empty() {
+                // raft-rs stops streaming to them and probes again.
+                let mut state = self.shared.lock();
+                for name in unreachable {
+                    state.node.report_unreachable(name);
                 }
             }
             self.shared.report_losses();
@@ -117,7 +126,7 @@ impl Driver {
             while let Some((to, packet)) = state.node.poll_transmit() {
                 progress = true;
                 if let Some(addr) = state.peers.get(&to) {
-                    sends.push((*addr, encode_packet(self.cluster, &packet)));
+                    sends.push((to, *addr, encode_packet(self.cluster, &packet)));
                 }
             }
             if !progress {

@@ -16,6 +16,9 @@ use super::persist::{HardState, PersistBatch, Recovered, SnapshotRecord};
 use super::store::{log_entry_of, record_of, Store};
 use crate::Instant;
 
+/// The most bytes of entries one append message carries (raft-rs always sends at least one).
+pub(crate) const MAX_ENTRY_BYTES_PER_MESSAGE: u64 = 8 << 10;
+
 /// The engine's timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineTiming {
@@ -128,7 +131,9 @@ impl Engine {
             election_tick: timing.election_ticks,
             heartbeat_tick: timing.heartbeat_ticks,
             applied: recovered.snapshot.as_ref().map_or(0, |s| s.index),
-            max_size_per_msg: 64 << 10,
+            // Entries per append message, in bytes: with our encoding's overhead a message
+            // stays well inside one packet (64 KiB) of every transport.
+            max_size_per_msg: MAX_ENTRY_BYTES_PER_MESSAGE,
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
@@ -298,6 +303,14 @@ impl Engine {
     /// Tells raft-rs a peer could not be reached.
     pub(crate) fn report_unreachable(&mut self, id: u64) {
         self.raw.report_unreachable(id);
+        self.after_call();
+    }
+
+    /// Tells raft-rs a snapshot went out to `id` (whether it arrives shows in the peer's
+    /// answers: a lost one is sent again once the peer still needs it).
+    pub(crate) fn report_snapshot_sent(&mut self, id: u64) {
+        self.raw.report_snapshot(id, raft::SnapshotStatus::Finish);
+        self.after_call();
     }
 
     /// Keeps a local snapshot of the applied state and compacts the log below it.

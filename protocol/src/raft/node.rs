@@ -671,6 +671,9 @@ impl RaftNode {
     /// A packet to send: (the peer's name, the packet).
     pub fn poll_transmit(&mut self) -> Option<(String, RaftPacket)> {
         let message = self.engine.poll_transmit()?;
+        if message.msg_type == MessageType::MsgSnapshot {
+            self.engine.report_snapshot_sent(message.to);
+        }
         let to = self
             .settings
             .peers

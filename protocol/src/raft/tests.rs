@@ -76,6 +76,13 @@ impl Cluster {
                 }
                 while let Some((to, packet)) = self.nodes[i].poll_transmit() {
                     moved = true;
+                    // Every message but a snapshot fits one packet of every transport.
+                    let super::wire::RaftBody::Raft(wire) = &packet.body;
+                    if wire.snapshot.is_none() {
+                        let cluster = super::wire::raft_cluster_id("sim");
+                        let len = super::wire::encode_packet(cluster, &packet).len();
+                        assert!(len <= 32 << 10, "a {len}-byte Raft packet");
+                    }
                     let to = self
                         .nodes
                         .iter()

@@ -197,7 +197,7 @@ impl RawLockBackend for RaftBackend {
 
     fn cancel(&self, request: RequestId) {
         self.with(|state| {
-            if state.records.remove(&request).is_some() {
+            if state.records.remove(&request).is_some() && !state.stopped {
                 let now = state.now();
                 state.node.cancel(now, request.0);
             }
@@ -386,7 +386,9 @@ impl ClusterBackend for RaftBackend {
         match &state.leader {
             Some(leader) => Poll::Ready(Some(leader.clone())),
             None => {
-                state.leader_wakers.push(cx.waker().clone());
+                if !state.leader_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    state.leader_wakers.push(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
@@ -409,7 +411,9 @@ impl ClusterBackend for RaftBackend {
         if state.leader.as_ref() == Some(&self.shared.member) {
             return Poll::Ready(Ok(()));
         }
-        state.leader_wakers.push(cx.waker().clone());
+        if !state.leader_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            state.leader_wakers.push(cx.waker().clone());
+        }
         Poll::Pending
     }
 

@@ -40,8 +40,35 @@ pub(super) struct Driver {
 }
 
 impl Driver {
-    /// Runs until the node has left (or the leave bound passed).
+    /// Runs until the node has left (or the leave bound passed), or its code panicked.
     pub(super) fn run(mut self) {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+        if run.is_err() {
+            // A bug, not an input: the member stops, and says so to every waiting task.
+            tracing::error!("raft: the driver panicked; the member stops");
+            let mut state = self.shared.lock();
+            state.closed = true;
+            let requests: Vec<_> = state.records.keys().copied().collect();
+            for request in requests {
+                state.lose(request, LockLostReason::Shutdown);
+                state.fail(request, LockError::Shutdown);
+            }
+            for waker in state.leader_wakers.drain(..) {
+                waker.wake();
+            }
+            for read in state.reads.values_mut() {
+                if let Some(waker) = read.waker.take() {
+                    waker.wake();
+                }
+            }
+            drop(state);
+            self.shared.report_losses();
+        }
+        self.stop();
+    }
+
+    /// The loop: until the node has left (or the leave bound passed).
+    fn serve(&mut self) {
         let mut left_by: Option<StdInstant> = None;
         let mut left = false;
         loop {
@@ -66,6 +93,10 @@ impl Driver {
             }
             self.wait(turn.next);
         }
+    }
+
+    /// Closes the transport and ends the streams; the node is stopped.
+    fn stop(&mut self) {
         async_io::block_on(self.transport.close());
         let wakers = {
             let mut state = self.shared.lock();

@@ -106,6 +106,8 @@ pub(crate) struct Engine {
     /// Batches not durable yet (by ready number), with the messages that wait for them.
     unpersisted: VecDeque<(u64, Vec<Message>)>,
     persists: VecDeque<PersistBatch>,
+    /// Numbers of the readies whose batch was handed out and not reported durable yet.
+    written: VecDeque<u64>,
     transmits: VecDeque<Message>,
     committed: VecDeque<Entry>,
     read_states: VecDeque<ReadState>,
@@ -150,6 +152,7 @@ impl Engine {
             next_tick: None,
             unpersisted: VecDeque::new(),
             persists: VecDeque::new(),
+            written: VecDeque::new(),
             transmits: VecDeque::new(),
             committed: VecDeque::new(),
             read_states: VecDeque::new(),
@@ -214,11 +217,16 @@ impl Engine {
             if let Some(index) = last_committed {
                 self.raw.advance_apply_to(index);
             }
-            if batch.is_empty() {
+            if batch.is_empty() && self.unpersisted.is_empty() {
                 self.raw.on_persist_ready(number);
                 self.transmits.extend(held_back);
+            } else if batch.is_empty() {
+                // on_persist_ready is cumulative and these messages must not overtake those of
+                // the earlier batches: wait behind them (nothing to write for this one).
+                self.unpersisted.push_back((number, held_back));
             } else {
                 batch.seq = number;
+                self.written.push_back(number);
                 self.persists.push_back(batch);
                 self.unpersisted.push_back((number, held_back));
             }
@@ -228,14 +236,20 @@ impl Engine {
     /// The caller made batch `seq` (and every one before it) durable: what waited for it
     /// goes on.
     pub(crate) fn persisted(&mut self, seq: u64) {
-        let mut any = false;
-        while self.unpersisted.front().is_some_and(|(n, _)| *n <= seq) {
-            let (_, held_back) = self.unpersisted.pop_front().expect("checked above");
+        self.written.retain(|w| *w > seq);
+        let mut done = None;
+        while let Some(&(n, _)) = self.unpersisted.front() {
+            // Durable: the readies up to `seq`, then those with nothing to write up to the
+            // next batch still being written.
+            if n > seq && self.written.front().is_some_and(|w| *w <= n) {
+                break;
+            }
+            let (n, held_back) = self.unpersisted.pop_front().expect("checked above");
             self.transmits.extend(held_back);
-            any = true;
+            done = Some(n);
         }
-        if any {
-            self.raw.on_persist_ready(seq);
+        if let Some(n) = done {
+            self.raw.on_persist_ready(n);
             self.after_call();
         }
     }

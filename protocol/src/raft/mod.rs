@@ -29,4 +29,6 @@ pub mod wire;
 pub use engine::{EngineError, EngineTiming};
 pub use node::{RaftEvent, RaftNode, RaftSettings};
 #[cfg(test)]
+mod schedules;
+#[cfg(test)]
 mod tests;

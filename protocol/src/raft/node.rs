@@ -155,6 +155,31 @@ struct Mine {
     lease: Option<Duration>,
     /// The cancel or unlock proposed for it.
     ending: bool,
+    /// Extensions proposed and not applied yet: (when asked, lease).
+    extending: Vec<(Instant, Duration)>,
+}
+
+/// What a snapshot holds: the table and who joined (the view is rebuilt from it).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotState {
+    table: Table,
+    joins: BTreeMap<String, (MemberId, u64)>,
+}
+
+impl SnapshotState {
+    fn encode(table: &Table, joins: &BTreeMap<String, (MemberId, u64)>) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Borrowed<'a> {
+            table: &'a Table,
+            joins: &'a BTreeMap<String, (MemberId, u64)>,
+        }
+        cbor4ii::serde::to_vec(Vec::new(), &Borrowed { table, joins })
+            .expect("a snapshot always encodes")
+    }
+
+    fn decode(bytes: &[u8]) -> Option<SnapshotState> {
+        cbor4ii::serde::from_slice(bytes).ok()
+    }
 }
 
 /// Marks the ReadIndex contexts of this node.
@@ -213,6 +238,8 @@ pub struct RaftNode {
     started: Option<Instant>,
     // This member's session.
     stamps: BTreeMap<u64, Instant>,
+    /// The latest confirmed renewal rounds: (send time, the leader's read index).
+    confirmed: VecDeque<(Instant, u64)>,
     next_stamp: u64,
     next_renew: Option<Instant>,
     /// Until when this member may believe its holds (None: it never had a proof; it holds
@@ -255,10 +282,13 @@ impl RaftNode {
         let id = place as u64 + 1;
         let voters: Vec<u64> = (1..=settings.peers.len() as u64).collect();
         let engine = Engine::new(id, &voters, recovered, settings.timing, seed)?;
-        let table = match &recovered.snapshot {
-            Some(s) => Table::from_bytes(&s.data)
-                .ok_or_else(|| EngineError("the snapshot's table is unreadable".into()))?,
-            None => Table::new(),
+        let (table, joins) = match &recovered.snapshot {
+            Some(s) => {
+                let state = SnapshotState::decode(&s.data)
+                    .ok_or_else(|| EngineError("the snapshot's table is unreadable".into()))?;
+                (state.table, state.joins)
+            }
+            None => (Table::new(), BTreeMap::new()),
         };
         let applied = recovered.snapshot.as_ref().map_or(0, |s| s.index);
         let mut known = BTreeMap::new();
@@ -272,12 +302,13 @@ impl RaftNode {
             applied,
             applied_at_snapshot: applied,
             known,
-            joins: BTreeMap::new(),
+            joins,
             mine: BTreeMap::new(),
             pending: Vec::new(),
             events: VecDeque::new(),
             started: None,
             stamps: BTreeMap::new(),
+            confirmed: VecDeque::new(),
             next_stamp: 1,
             next_renew: None,
             session_until: None,
@@ -430,10 +461,12 @@ impl RaftNode {
             self.events.push_back(RaftEvent::CutOff { request });
             return;
         }
+        // Requests applied already are deduplicated by the table's own record of live
+        // requests; only those whose Lock may still be applied must stay at or above it.
         let done_below = self
             .mine
             .iter()
-            .find(|(_, m)| m.stage != Stage::Over)
+            .find(|(_, m)| m.stage == Stage::Asked)
             .map_or(request, |(r, _)| *r)
             .min(request);
         self.mine.insert(
@@ -443,6 +476,7 @@ impl RaftNode {
                 sent: now,
                 lease,
                 ending: false,
+                extending: Vec::new(),
             },
         );
         let lease_ms = lease.map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX));
@@ -499,8 +533,8 @@ impl RaftNode {
     pub fn extend(&mut self, now: Instant, request: u64, lease: Duration) {
         if let Some(m) = self.mine.get_mut(&request) {
             if m.stage == Stage::Held {
-                m.sent = now;
-                m.lease = Some(lease);
+                // The old deadline stands until the extension is applied.
+                m.extending.push((now, lease));
                 let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
                 self.propose(
                     now,
@@ -601,6 +635,14 @@ impl RaftNode {
             tracing::debug!("raft: message with ids that are not its sender's or ours");
             return;
         }
+        let needs_entries = matches!(
+            message.msg_type,
+            MessageType::MsgPropose | MessageType::MsgReadIndex | MessageType::MsgReadIndexResp
+        );
+        if needs_entries && message.entries.is_empty() {
+            tracing::debug!("raft: a proposal or read without entries dropped");
+            return;
+        }
         if message.msg_type == MessageType::MsgPropose && !self.engine.is_leader() {
             // Forwarded to a member that no longer leads: the proposer retries.
             return;
@@ -617,7 +659,7 @@ impl RaftNode {
         self.retry(now);
         self.check_session(now);
         self.check_own_leases(now);
-        if self.leading {
+        if self.leading && self.engine.is_leader() {
             self.expire_as_leader(now);
         }
         if self.joined
@@ -732,7 +774,11 @@ impl RaftNode {
                 Some((READ_RENEW, stamp)) => {
                     if let Some(sent) = self.stamps.remove(&stamp) {
                         self.stamps.retain(|s, _| *s > stamp);
-                        self.proved_contact(sent);
+                        self.proved_contact(now, sent);
+                        self.confirmed.push_back((sent, state.index));
+                        if self.confirmed.len() > 8 {
+                            self.confirmed.pop_front();
+                        }
                     }
                 }
                 Some((READ_TABLE, query)) => {
@@ -766,23 +812,39 @@ impl RaftNode {
             return;
         }
         self.applied_at_snapshot = self.applied;
-        if let Some(record) = self.engine.compact(self.table.to_bytes(), self.applied) {
+        let data = SnapshotState::encode(&self.table, &self.joins);
+        if let Some(record) = self.engine.compact(data, self.applied) {
             self.events.push_back(RaftEvent::Compact(record));
         }
     }
 
     fn install(&mut self, record: SnapshotRecord) {
-        let Some(table) = Table::from_bytes(&record.data) else {
+        let Some(state) = SnapshotState::decode(&record.data) else {
             tracing::warn!(
                 index = record.index,
                 "raft: a snapshot with an unreadable table"
             );
             return;
         };
-        self.table = table;
+        self.table = state.table;
+        self.joins = state.joins;
+        for (member, _) in self.joins.values() {
+            if let Some(id) = self.id_of(member.name()) {
+                self.known.insert(id, member.clone());
+            }
+        }
+        self.events.push_back(RaftEvent::Members);
         self.applied = record.index;
         self.applied_at_snapshot = record.index;
-        // What the table says of this member's requests now.
+        if self
+            .joins
+            .get(self.me.name())
+            .is_some_and(|(m, _)| m == &self.me)
+        {
+            self.joined = true;
+        }
+        // What the table says of this member's requests now (the entries in between were not
+        // applied here one by one).
         let live: BTreeMap<u64, Option<FencingToken>> = self
             .table
             .requests_of(&self.me)
@@ -791,16 +853,31 @@ impl RaftNode {
             .collect();
         let requests: Vec<u64> = self.mine.keys().copied().collect();
         for request in requests {
-            let stage = self.mine[&request].stage;
+            let (stage, ending) = {
+                let m = &self.mine[&request];
+                (m.stage, m.ending)
+            };
             match (stage, live.get(&request)) {
                 (Stage::Asked | Stage::Waiting, Some(Some(token))) => {
                     self.granted(request, *token, false);
                 }
+                (Stage::Asked, Some(None)) => {
+                    if let Some(m) = self.mine.get_mut(&request) {
+                        m.stage = Stage::Waiting;
+                    }
+                }
+                // Its unlock was applied in the entries the snapshot covers.
+                (Stage::Held, None) if ending => {
+                    self.mine.remove(&request);
+                    self.events.push_back(RaftEvent::Released { request });
+                }
                 (Stage::Held, None) => {
                     self.lost(request, true, LockLostReason::Minority);
                 }
-                (Stage::Waiting, None) => {
-                    self.lost(request, false, LockLostReason::Minority);
+                // Answered in the entries the snapshot covers (refused, or granted and ended
+                // since): the request fails; the caller may ask again.
+                (Stage::Asked | Stage::Waiting, None) => {
+                    self.cut_off(request);
                 }
                 _ => {}
             }
@@ -834,9 +911,26 @@ impl RaftNode {
         }
         let mut out = Vec::new();
         self.table.apply(index, command, &mut out);
+        if let Command::Cancel { member, request } = command {
+            // A cancel applied before its lock: nothing more comes for the request.
+            let over = self
+                .mine
+                .get(request)
+                .is_some_and(|m| m.stage == Stage::Over);
+            if member == &self.me
+                && over
+                && !self
+                    .table
+                    .requests_of(&self.me)
+                    .iter()
+                    .any(|(r, _, _)| r == request)
+            {
+                self.mine.remove(request);
+            }
+        }
         for applied in out {
             self.note_leases(now, &applied);
-            self.tell(now, applied);
+            self.tell(now, index, applied);
         }
     }
 
@@ -858,7 +952,13 @@ impl RaftNode {
                 let deadline = now + Duration::from_millis(*ms) + self.settings.margin();
                 self.lease_deadlines.insert((key.clone(), *token), deadline);
             }
-            Applied::Released { key, token, .. }
+            Applied::Granted {
+                key,
+                token,
+                lease_ms: None,
+                ..
+            }
+            | Applied::Released { key, token, .. }
             | Applied::Lost {
                 key,
                 token: Some(token),
@@ -871,7 +971,7 @@ impl RaftNode {
     }
 
     /// Tells this member's front end what an outcome did to its requests.
-    fn tell(&mut self, now: Instant, applied: Applied) {
+    fn tell(&mut self, now: Instant, index: u64, applied: Applied) {
         match applied {
             Applied::Granted {
                 member,
@@ -883,7 +983,20 @@ impl RaftNode {
                 match self.mine.get(&request).map(|m| (m.stage, m.sent)) {
                     Some((Stage::Asked | Stage::Waiting, sent)) => {
                         // A leader received this member's proposal after it was sent.
-                        self.proved_contact(sent);
+                        self.proved_contact(now, sent);
+                        // The leader counts a lease from its application of the grant, which
+                        // came after every renewal round it confirmed with a lower read index:
+                        // the latest such round's send time is a safe start here too.
+                        let anchor = self
+                            .confirmed
+                            .iter()
+                            .filter(|(_, read)| *read < index)
+                            .map(|(at, _)| *at)
+                            .max()
+                            .map_or(sent, |at| at.max(sent));
+                        if let Some(m) = self.mine.get_mut(&request) {
+                            m.sent = anchor;
+                        }
                         self.granted(request, token, adopted);
                     }
                     _ => {
@@ -923,6 +1036,24 @@ impl RaftNode {
                 if let Some(m) = self.mine.remove(&request) {
                     if m.stage != Stage::Over || m.ending {
                         self.events.push_back(RaftEvent::Released { request });
+                    }
+                }
+            }
+            Applied::Extended {
+                member,
+                request,
+                lease_ms,
+                ..
+            } if member == self.me => {
+                if let Some(m) = self.mine.get_mut(&request) {
+                    let lease = Duration::from_millis(lease_ms);
+                    if let Some(at) = m.extending.iter().position(|(_, l)| *l == lease) {
+                        let (asked, _) = m.extending[at];
+                        m.extending.drain(..=at);
+                        if m.stage == Stage::Held {
+                            m.sent = asked;
+                            m.lease = Some(lease);
+                        }
                     }
                 }
             }
@@ -990,7 +1121,12 @@ impl RaftNode {
 
     /// A leader heard from this member after `sent`: its session holds until `sent` plus the
     /// session timeout minus the margin.
-    fn proved_contact(&mut self, sent: Instant) {
+    fn proved_contact(&mut self, now: Instant, sent: Instant) {
+        // A proof that arrives after the session ran out does not bridge the gap: what was
+        // believed is resigned first (a leader may have expired this member meanwhile).
+        if !self.resigned && self.session_until.is_some_and(|until| now >= until) {
+            self.check_session(now);
+        }
         let until = sent + (self.settings.session_timeout - self.settings.margin());
         if self.session_until.is_none_or(|u| u < until) {
             self.session_until = Some(until);
@@ -1172,7 +1308,10 @@ impl RaftNode {
         for name in names {
             tracing::info!(member = %name, "raft: a member was silent past its session; its holds end");
             self.expiring.insert(name.clone(), now);
-            self.propose(now, Command::ExpireMember { name });
+            // Not through `pending`: a leader's decision must not be re-proposed later
+            // through another leader; this leader decides again after `retry` if needed.
+            self.engine
+                .propose(command::encode(&Command::ExpireMember { name }));
         }
         let due: Vec<(LockKey, FencingToken)> = self
             .lease_deadlines
@@ -1183,7 +1322,8 @@ impl RaftNode {
         for (key, token) in due {
             self.lease_deadlines
                 .insert((key.clone(), token), now + retry);
-            self.propose(now, Command::Expire { key, token });
+            self.engine
+                .propose(command::encode(&Command::Expire { key, token }));
         }
     }
 }

@@ -332,6 +332,9 @@ impl Table {
         out: &mut Vec<Applied>,
     ) {
         let Some(key) = self.requests.get(&(member.clone(), request)).cloned() else {
+            // Cancelled before its Lock was applied (the Lock's proposal was lost and is
+            // retried later): the Lock must not be applied after this.
+            self.clients.first_application(member, request, 0);
             return;
         };
         let waited = self

@@ -25,7 +25,7 @@ pub enum Command {
     /// A member's process started: a new incarnation of the member of that name. The waits of
     /// its earlier incarnations are withdrawn (their futures died with the process); their holds
     /// stay, as *recovered holds* the new incarnation may adopt (a [`Command::Lock`] of the same
-    /// lock and mode by it takes the hold over with its token) until it gives them up with
+    /// lock and mode by it takes the hold over, with a new token) until it gives them up with
     /// [`Command::DropRecovered`].
     Join {
         /// The new incarnation.
@@ -108,7 +108,7 @@ pub enum Command {
 #[non_exhaustive]
 pub enum Applied {
     /// The request holds the lock. `adopted`: it took over a recovered hold of an earlier
-    /// incarnation of its member, with that hold's token.
+    /// incarnation of its member (the lock never left the member; the token is new).
     Granted {
         /// The requesting incarnation.
         member: MemberId,

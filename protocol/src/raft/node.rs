@@ -909,6 +909,10 @@ impl RaftNode {
                 self.events.push_back(RaftEvent::Left);
             }
         }
+        if let Command::Expire { key, token } = command {
+            // Applied, whatever it found: the leader stops proposing it.
+            self.lease_deadlines.remove(&(key.clone(), *token));
+        }
         let mut out = Vec::new();
         self.table.apply(index, command, &mut out);
         if let Command::Cancel { member, request } = command {

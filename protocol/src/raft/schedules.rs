@@ -225,7 +225,6 @@ impl Net {
     }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // F1: compaction with everything applied drops every entry from MemStorage, whose snapshot
 // metadata compact() never updates: last_index() falls back to the previous snapshot's index.
@@ -555,9 +554,8 @@ fn an_adopted_hold_without_a_lease_is_not_expired_by_the_old_lease() {
     let now = net.now;
     net.nodes[a].lock(now, 1, key("x"), 1, LockMode::Exclusive, true, None);
     net.run(Duration::from_millis(200));
-    assert_eq!(
-        net.holds(a, 1),
-        Some(token),
+    assert!(
+        net.holds(a, 1).is_some_and(|t| t > token),
         "adopted: {:?}",
         net.events_of(a)
     );

@@ -18,7 +18,7 @@
 //! restarted from its data directory is a new incarnation of the same name: its
 //! [`Command::Join`] withdraws the waits of the older incarnations and keeps their holds as
 //! *recovered holds*, which the new incarnation adopts (a lock request of the same lock and
-//! mode takes such a hold over, with its token) or drops ([`Command::DropRecovered`]). From its
+//! mode takes such a hold over, with a new token) or drops ([`Command::DropRecovered`]). From its
 //! `Join` on, the older incarnations are gone, as is an incarnation after its
 //! [`Command::Leave`]: a lock request of theirs applied late is ignored (nobody would release
 //! what it got). Their unlocks and cancels still apply.
@@ -294,10 +294,17 @@ impl Table {
                 && r.member.is_newer_incarnation_than(&h.member)
         });
         let placed = if let Some(hold) = adoptable {
-            self.requests.remove(&(hold.member.clone(), hold.request));
-            *hold = wait.into_hold(hold.token);
-            out.push(hold.granted(key, true));
-            true
+            // The hold never left this member, but it gets a new token: a fencing register then
+            // refuses whatever the dead process may still have in flight.
+            if let Some(token) = grants.next() {
+                self.requests.remove(&(hold.member.clone(), hold.request));
+                *hold = wait.into_hold(token);
+                out.push(hold.granted(key, true));
+                true
+            } else {
+                out.push(wait.busy(key));
+                false
+            }
         } else if entry.queue.is_empty() && entry.compatible(r.mode) {
             if let Some(token) = grants.next() {
                 let hold = wait.into_hold(token);

@@ -19,7 +19,7 @@ pub(super) struct Hold {
     pub(super) owner: u64,
     /// The mode held.
     pub(super) mode: LockMode,
-    /// The token of the grant (kept when the hold is adopted).
+    /// The token of the grant (a new one when the hold is adopted).
     pub(super) token: FencingToken,
     /// The hold's own lease as granted or last extended.
     pub(super) lease_ms: Option<u64>,

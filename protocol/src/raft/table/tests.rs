@@ -577,8 +577,8 @@ fn a_new_incarnation_adopts_a_recovered_hold_of_the_same_mode() {
     log.apply(&Command::Join { member: a2.clone() });
     assert_eq!(
         log.apply(&x(&a2, 1, "k")),
-        ["granted a2:1 k @1.0 adopted"],
-        "ahead of the queue, with the old token"
+        ["granted a2:1 k @5.0 adopted"],
+        "ahead of the queue, with a new token"
     );
     assert_eq!(
         log.apply(&x(&a2, 2, "j")),
@@ -604,11 +604,11 @@ fn a_new_incarnation_adopts_a_recovered_hold_of_the_same_mode() {
     );
     assert_eq!(
         log.apply(&unlock(&a2, 1)),
-        ["released a2:1 k @1.0", "granted b1:1 k @7.0"]
+        ["released a2:1 k @5.0", "granted b1:1 k @7.0"]
     );
     assert_eq!(
         log.apply(&s(&a2, 3, "j")),
-        ["granted a2:3 j @2.0 adopted"],
+        ["granted a2:3 j @8.0 adopted"],
         "adoption passes the queue"
     );
     assert_eq!(log.table.locks(None, 10).0[0].waiters.len(), 1);
@@ -631,8 +631,8 @@ fn adoption_takes_the_request_lease_and_recovered_holds_count_as_holders() {
         wait: false,
         lease_ms: Some(300),
     };
-    assert_eq!(log.apply(&adopt), ["granted a2:1 k @1.0 adopted"]);
-    assert_eq!(log.table.leased_holds(), [(key("k"), token_at(1, 0), 300)]);
+    assert_eq!(log.apply(&adopt), ["granted a2:1 k @4.0 adopted"]);
+    assert_eq!(log.table.leased_holds(), [(key("k"), token_at(4, 0), 300)]);
     let (locks, _) = log.table.locks(None, 1);
     assert_eq!(locks[0].holders[0].owner.local, 9);
 }
@@ -659,7 +659,7 @@ fn drop_recovered_ends_the_unadopted_holds_and_promotes() {
     assert!(log.table.requests_of(&a1).is_empty());
     assert_eq!(
         log.table.requests_of(&a2),
-        [(1, key("k"), Some(token_at(1, 0)))]
+        [(1, key("k"), Some(token_at(5, 0)))]
     );
 }
 

@@ -31,6 +31,8 @@ mod config;
 mod faults;
 mod lock_check;
 mod network;
+#[cfg(feature = "raft")]
+pub mod raft;
 mod report;
 mod rng;
 pub mod scale;

@@ -108,6 +108,8 @@ pub(crate) struct Engine {
     persists: VecDeque<PersistBatch>,
     /// Numbers of the readies whose batch was handed out and not reported durable yet.
     written: VecDeque<u64>,
+    /// Snapshots installed from the leader and not durable yet: (ready number, index).
+    snapshots: VecDeque<(u64, u64)>,
     transmits: VecDeque<Message>,
     committed: VecDeque<Entry>,
     read_states: VecDeque<ReadState>,
@@ -153,6 +155,7 @@ impl Engine {
             unpersisted: VecDeque::new(),
             persists: VecDeque::new(),
             written: VecDeque::new(),
+            snapshots: VecDeque::new(),
             transmits: VecDeque::new(),
             committed: VecDeque::new(),
             read_states: VecDeque::new(),
@@ -226,6 +229,9 @@ impl Engine {
                 self.unpersisted.push_back((number, held_back));
             } else {
                 batch.seq = number;
+                if let Some(snapshot) = &batch.snapshot {
+                    self.snapshots.push_back((number, snapshot.index));
+                }
                 self.written.push_back(number);
                 self.persists.push_back(batch);
                 self.unpersisted.push_back((number, held_back));
@@ -250,6 +256,20 @@ impl Engine {
         }
         if let Some(n) = done {
             self.raw.on_persist_ready(n);
+            // The table was replaced by the snapshot: raft-rs counts it applied only when told,
+            // and otherwise reads the log from its old applied index (which the snapshot
+            // compacted away) when it campaigns.
+            let mut installed = None;
+            while self
+                .snapshots
+                .front()
+                .is_some_and(|(number, _)| *number <= n)
+            {
+                installed = self.snapshots.pop_front().map(|(_, index)| index);
+            }
+            if let Some(index) = installed.filter(|i| *i > self.raw.raft.raft_log.applied()) {
+                self.raw.advance_apply_to(index);
+            }
             self.after_call();
         }
     }

@@ -757,7 +757,7 @@ impl RaftNode {
     /// follows leadership.
     fn pump(&mut self, now: Instant) {
         if let Some(record) = self.engine.take_installed() {
-            self.install(record);
+            self.install(now, record);
         }
         while let Some(entry) = self.engine.poll_committed() {
             if entry.index <= self.applied {
@@ -818,7 +818,7 @@ impl RaftNode {
         }
     }
 
-    fn install(&mut self, record: SnapshotRecord) {
+    fn install(&mut self, now: Instant, record: SnapshotRecord) {
         let Some(state) = SnapshotState::decode(&record.data) else {
             tracing::warn!(
                 index = record.index,
@@ -875,10 +875,16 @@ impl RaftNode {
                     self.lost(request, true, LockLostReason::Minority);
                 }
                 // Answered in the entries the snapshot covers (refused, or granted and ended
-                // since): the request fails; the caller may ask again.
-                (Stage::Asked | Stage::Waiting, None) => {
+                // since): the request fails; the caller may ask again. A request whose Lock the
+                // snapshot does not cover yet is still on its way: it waits.
+                (Stage::Asked | Stage::Waiting, None)
+                    if self.table.was_applied(&self.me, request) =>
+                {
                     self.cut_off(request);
                 }
+                // Given up here (cancelled, cut off) but held or queued at the table, by entries
+                // this member never applied one by one: give it back.
+                (Stage::Over, Some(_)) => self.cancel_stray(now, request),
                 _ => {}
             }
         }

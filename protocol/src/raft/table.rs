@@ -168,7 +168,13 @@ impl Table {
             ),
             Command::Leave { member } => {
                 self.clients.leave(member);
-                self.end_requests(|m| m == member, LockLostReason::Shutdown, &mut grants, out);
+                // Its older incarnations are gone too: their requests end with it (its `Join`,
+                // which withdraws their waits, may be applied after its `Leave`, and then does
+                // nothing).
+                let gone = |m: &MemberId| {
+                    m.name() == member.name() && !m.is_newer_incarnation_than(member)
+                };
+                self.end_requests(gone, LockLostReason::Shutdown, &mut grants, out);
             }
             Command::DropRecovered { member } => self.on_drop_recovered(member, &mut grants, out),
         }
@@ -250,6 +256,12 @@ impl Table {
                 (*request, key.clone(), token)
             })
             .collect()
+    }
+
+    /// Whether the lock request `request` of `member` was applied already, or never will be
+    /// (a copy of it applied later is ignored).
+    pub fn was_applied(&self, member: &MemberId, request: u64) -> bool {
+        self.clients.was_applied(member, request)
     }
 
     /// The names of the members with a hold (recovered ones too) or a wait in the table.

@@ -6,7 +6,7 @@
 //! (symmetric or one way) and cuts single links; members pause (no input at all, then they
 //! resume with their clock jumped), crash and restart, alone or all at once, and leave.
 //!
-//! Persistence is a model disk per member ([`disk`]): a batch from `poll_persist` reaches it
+//! Persistence is a model disk per member (`disk`): a batch from `poll_persist` reaches it
 //! after a write latency, and only then is the engine told `persisted(seq)`; a crash before
 //! that loses the batch. A restart builds a new incarnation of the same name (the disk's
 //! generation in the low 64 bits of its id) from what the disk kept: the newest snapshot
@@ -18,7 +18,7 @@
 //! unlock, and read the table. A chaos phase injects faults; then the network heals, every
 //! member is restarted and resumed, and liveness must follow within
 //! [`RaftSimConfig::calm`]. Checkers run after every step (one per invariant, see
-//! [`check`]):
+//! `check`):
 //!
 //! 1. mutual exclusion of *believed* holds, by true time: a lock user believes it holds a
 //!    lock from its `Granted` until it unlocks or cancels, hears `Lost`, leaves or crashes. A
@@ -469,7 +469,10 @@ impl Sim {
             for e in disk.committed_after(from) {
                 if e.index > self.checks.committed() {
                     let command = crate::raft::command::decode(&e.data);
-                    println!("{:?} committed {} (term {}): {command:?}", self.now, e.index, e.term);
+                    println!(
+                        "{:?} committed {} (term {}): {command:?}",
+                        self.now, e.index, e.term
+                    );
                 }
             }
         }
@@ -645,11 +648,8 @@ impl Sim {
 
     /// A leaving member stops (its last writes complete: a graceful exit).
     fn stop(&mut self, index: usize) {
-        let batches: Vec<PersistBatch> = self.slots[index]
-            .fsync
-            .drain(..)
-            .map(|(_, b)| b)
-            .collect();
+        let batches: Vec<PersistBatch> =
+            self.slots[index].fsync.drain(..).map(|(_, b)| b).collect();
         for batch in batches {
             // The store accepted every earlier batch; a refusal would have been reported.
             let _ = self.slots[index].disk.write(&batch);
@@ -761,4 +761,3 @@ fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
     }
     hash
 }
-

@@ -69,6 +69,16 @@ impl Clients {
         fresh
     }
 
+    /// Whether the lock request `request` of `member` was applied already, or never will be
+    /// (the incarnation is gone, or the request is below its `done_below`).
+    pub(super) fn was_applied(&self, member: &MemberId, request: u64) -> bool {
+        self.is_gone(member)
+            || self
+                .seen
+                .get(member)
+                .is_some_and(|s| request < s.done_below || s.requests.contains(&request))
+    }
+
     /// Records that `member` joined; `false` if it is gone already (a newer incarnation of its
     /// name joined or left, or it left), and then nothing changes. The older incarnations of
     /// its name are gone from now on.

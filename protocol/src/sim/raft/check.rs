@@ -55,9 +55,10 @@ pub(super) struct Checks {
 }
 
 impl Checks {
-    /// A `Granted` report: no request is granted twice; a token names one hold of its lock;
-    /// a new grant's token exceeds every token of its lock reported before the request was
-    /// made (adopted holds keep their token: they are exempt).
+    /// A `Granted` report: no request is granted twice; a token names one grant of its lock;
+    /// a grant's token exceeds every token of its lock reported before the request was made
+    /// (adopted holds included: an adoption gets a new token).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_granted(
         &mut self,
         now: Instant,
@@ -76,18 +77,6 @@ impl Checks {
         }
         let owner = (member.clone(), request);
         let slot = (key.clone(), token);
-        if adopted {
-            if let Some((earlier, _)) = self.owners.get(&slot) {
-                if earlier.name() != member.name() || !member.is_newer_incarnation_than(earlier) {
-                    return Err((
-                        "an adopted hold keeps the token of its member's earlier incarnation",
-                        format!("{member} request {request} adopted {token:?} of {earlier}"),
-                    ));
-                }
-            }
-            self.owners.insert(slot, owner);
-            return Ok(());
-        }
         if let Some(other) = self.owners.get(&slot) {
             return Err((
                 "a fencing token names one grant of its lock",
@@ -106,8 +95,9 @@ impl Checks {
                 return Err((
                     "fencing tokens increase: a grant's token exceeds every token of its lock granted before it was asked for",
                     format!(
-                        "{member} request {request} on {} was granted {token:?} (index {}), but {bar:?} (index {}) was granted before it was asked for at {asked_at:?}",
+                        "{member} request {request} on {} was granted {token:?} (index {}{}), but {bar:?} (index {}) was granted before it was asked for at {asked_at:?}",
                         key.1,
+                        if adopted { ", adopted" } else { "" },
                         token.0 >> TOKEN_GRANT_BITS,
                         bar.0 >> TOKEN_GRANT_BITS
                     ),
@@ -146,11 +136,14 @@ impl Checks {
                     }
                 }
                 None => {
-                    self.committed
-                        .insert(entry.index, (entry.term, hash, slot));
+                    self.committed.insert(entry.index, (entry.term, hash, slot));
                     match command::decode(&entry.data) {
-                        Some(Command::Join { member }) => self.note_gone(entry.index, member, false),
-                        Some(Command::Leave { member }) => self.note_gone(entry.index, member, true),
+                        Some(Command::Join { member }) => {
+                            self.note_gone(entry.index, member, false)
+                        }
+                        Some(Command::Leave { member }) => {
+                            self.note_gone(entry.index, member, true)
+                        }
                         _ => {}
                     }
                 }
@@ -181,7 +174,12 @@ impl Checks {
             .iter()
             .filter(|(_, m, leave)| m.is_newer_incarnation_than(member) || (*leave && m == member))
             .min_by_key(|(i, _, _)| *i)
-            .map(|(i, m, leave)| (*i, format!("{} of {m}", if *leave { "Leave" } else { "Join" })))
+            .map(|(i, m, leave)| {
+                (
+                    *i,
+                    format!("{} of {m}", if *leave { "Leave" } else { "Join" }),
+                )
+            })
     }
 
     /// The table of `node` (at `slot`), seen at its applied index: the same as every other
@@ -296,7 +294,10 @@ impl Checks {
 
     /// Exclusion: of the holds believed now (`(slot, request, belief)`), no two of one lock
     /// conflict.
-    pub(super) fn check_exclusion(&mut self, holds: &[(usize, u64, &Belief)]) -> Result<(), Broken> {
+    pub(super) fn check_exclusion(
+        &mut self,
+        holds: &[(usize, u64, &Belief)],
+    ) -> Result<(), Broken> {
         if holds.len() >= 2 {
             self.stats.concurrent_beliefs += 1;
         }

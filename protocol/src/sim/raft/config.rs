@@ -150,8 +150,9 @@ impl RaftSimConfig {
 
     /// The same profile with the knobs set in the environment: `CONCLAVE_RAFT_NODES`
     /// ([`RaftSimConfig::nodes`]), `CONCLAVE_RAFT_SNAPSHOT_EVERY`
-    /// ([`RaftSimConfig::snapshot_every`]) and `CONCLAVE_RAFT_SLOW_CLOCK` (the rate of node
-    /// 0's clock, [`RaftSimConfig::slow_clock`]).
+    /// ([`RaftSimConfig::snapshot_every`]), `CONCLAVE_RAFT_SLOW_CLOCK` (the rate of node 0's
+    /// clock, [`RaftSimConfig::slow_clock`]) and `CONCLAVE_RAFT_LONG_HOLDS`
+    /// ([`RaftWorkload::long_hold`]).
     ///
     /// # Panics
     /// If a knob is set to something that does not parse.
@@ -164,6 +165,9 @@ impl RaftSimConfig {
         }
         if let Some(rate) = env_number("CONCLAVE_RAFT_SLOW_CLOCK") {
             self.slow_clock = Some(SlowClock { node: 0, rate });
+        }
+        if let Some(share) = env_number("CONCLAVE_RAFT_LONG_HOLDS") {
+            self.workload.long_hold = share;
         }
         self
     }
@@ -190,6 +194,12 @@ impl RaftSimConfig {
         }
         if let Some(slow) = self.slow_clock {
             vars.push_str(&format!("CONCLAVE_RAFT_SLOW_CLOCK={} ", slow.rate));
+        }
+        if self.workload.long_hold != RaftWorkload::default().long_hold {
+            vars.push_str(&format!(
+                "CONCLAVE_RAFT_LONG_HOLDS={} ",
+                self.workload.long_hold
+            ));
         }
         format!(
             "{vars}CONCLAVE_SIM_SEED={seed} cargo test -p conclave-protocol --features sim,raft --release --test raft_simulation replay -- --nocapture"

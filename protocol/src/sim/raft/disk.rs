@@ -33,7 +33,11 @@ impl ModelDisk {
             None => (self.snapshot_index(), self.last_index()),
         };
         if let Some(first) = batch.entries.first() {
-            if batch.entries.windows(2).any(|w| w[1].index != w[0].index + 1) {
+            if batch
+                .entries
+                .windows(2)
+                .any(|w| w[1].index != w[0].index + 1)
+            {
                 return Err(format!(
                     "entries not contiguous: {:?}",
                     batch.entries.iter().map(|e| e.index).collect::<Vec<_>>()

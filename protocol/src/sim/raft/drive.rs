@@ -63,8 +63,7 @@ impl Sim {
                         continue;
                     };
                     let bytes = encode_packet(self.cluster, &packet);
-                    self.network
-                        .send(&mut self.rng, self.now, index, to, bytes);
+                    self.network.send(&mut self.rng, self.now, index, to, bytes);
                 }
                 for event in events {
                     if self.slots[index].node.is_none() {
@@ -109,6 +108,10 @@ impl Sim {
                 self.end_request(index, request);
             }
             RaftEvent::Released { request } | RaftEvent::Withdrawn { request } => {
+                self.end_request(index, request);
+            }
+            RaftEvent::CutOff { request } => {
+                self.report.workload.cut_off += 1;
                 self.end_request(index, request);
             }
             RaftEvent::Lost {
@@ -184,9 +187,9 @@ impl Sim {
         self.report.workload.granted += 1;
         self.report.workload.adopted += u64::from(adopted);
         self.report.trace_hash = fnv(self.report.trace_hash, &token.0.to_le_bytes());
-        if let Err(broken) =
-            self.checks
-                .on_granted(self.now, &member, request, &key, at, token, adopted)
+        if let Err(broken) = self
+            .checks
+            .on_granted(self.now, &member, request, &key, at, token, adopted)
         {
             return Err(self.broken(broken));
         }
@@ -215,7 +218,7 @@ impl Sim {
             Some(a) => {
                 let w = self.config.workload.clone();
                 if let Some(actor) = self.slots[index].actors.get_mut(a) {
-                    actor.granted(&mut self.rng, self.now, &w, leased);
+                    actor.granted(&mut self.rng, self.now, &w, leased, self.calm);
                 }
             }
             None => {
@@ -336,12 +339,21 @@ impl Sim {
     /// The checkers of every step: exclusion of believed holds, tables at equal indexes and
     /// no grant to gone incarnations.
     pub(super) fn check_step(&mut self) -> Result<(), Violation> {
+        // A user believes a hold while it has not given it up and its node says it may (its
+        // session and the hold's lease by its own clock): paused processes included.
+        let now = self.now;
         let holds: Vec<(usize, u64, &Belief)> = self
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.node.is_some() && s.paused_until.is_none())
-            .flat_map(|(i, s)| s.beliefs.iter().map(move |(r, b)| (i, *r, b)))
+            .filter_map(|(i, s)| Some((i, s, s.node.as_ref()?)))
+            .flat_map(|(i, s, node)| {
+                let local = s.clock.local(now);
+                s.beliefs
+                    .iter()
+                    .filter(move |(r, _)| node.believes(local, **r))
+                    .map(move |(r, b)| (i, *r, b))
+            })
             .collect();
         if let Err(broken) = self.checks.check_exclusion(&holds) {
             return Err(self.broken(broken));

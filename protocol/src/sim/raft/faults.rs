@@ -63,13 +63,23 @@ impl Sim {
             self.trace(format_args!("partition healed"));
             return;
         }
-        let size = 1 + self.rng.below(n as u64 - 1) as usize;
-        let mut all: Vec<usize> = (0..n).collect();
-        let mut side = Vec::new();
-        for _ in 0..size {
-            let pick = self.rng.below(all.len() as u64) as usize;
-            side.push(all.swap_remove(pick));
-        }
+        // Half the partitions cut a member that holds a lock off from everyone else: its
+        // session must end before the others' leader can expire it and grant the lock again.
+        let holders: Vec<usize> = (0..n)
+            .filter(|i| !self.slots[*i].beliefs.is_empty())
+            .collect();
+        let side = if !holders.is_empty() && self.rng.chance(0.5) {
+            vec![holders[self.rng.below(holders.len() as u64) as usize]]
+        } else {
+            let size = 1 + self.rng.below(n as u64 - 1) as usize;
+            let mut all: Vec<usize> = (0..n).collect();
+            let mut side = Vec::new();
+            for _ in 0..size {
+                let pick = self.rng.below(all.len() as u64) as usize;
+                side.push(all.swap_remove(pick));
+            }
+            side
+        };
         let one_way = self.config.one_way > 0.0 && self.rng.chance(self.config.one_way);
         self.network.partition(&side, one_way);
         self.trace(format_args!("partition {side:?} (one way: {one_way})"));
@@ -196,7 +206,10 @@ impl Sim {
                 .map(|i| {
                     let length = 0.01 * (400.0_f64).powf(self.rng.unit());
                     let fast = (i % 2 == 0) == fast_first;
-                    ((length * 1e9) as u64, if fast { 1.0 + rho } else { 1.0 - rho })
+                    (
+                        (length * 1e9) as u64,
+                        if fast { 1.0 + rho } else { 1.0 - rho },
+                    )
                 })
                 .collect();
             (

@@ -90,6 +90,8 @@ pub struct RaftWorkloadStats {
     pub lost_lease: u64,
     /// Holds or waits lost otherwise.
     pub lost_other: u64,
+    /// Requests failed because their member was cut off (`CutOff`).
+    pub cut_off: u64,
     /// Table reads asked for.
     pub reads: u64,
     /// Table reads answered (`TableReady`), each checked to be linearizable.
@@ -202,6 +204,7 @@ impl RaftReport {
         w.lost_minority += ow.lost_minority;
         w.lost_lease += ow.lost_lease;
         w.lost_other += ow.lost_other;
+        w.cut_off += ow.cut_off;
         w.reads += ow.reads;
         w.reads_answered += ow.reads_answered;
         w.probes += ow.probes;
@@ -270,7 +273,7 @@ impl fmt::Display for RaftReport {
         )?;
         writeln!(
             f,
-            "workload     {} requests, {} granted ({} adopted), {} queued, {} busy, {} timed out, {} unlocked, {} extends, lost: {} minority, {} lease, {} other; {} reads ({} answered), {} probes",
+            "workload     {} requests, {} granted ({} adopted), {} queued, {} busy, {} timed out, {} unlocked, {} extends, lost: {} minority, {} lease, {} other; {} cut off; {} reads ({} answered), {} probes",
             w.requests,
             w.granted,
             w.adopted,
@@ -282,6 +285,7 @@ impl fmt::Display for RaftReport {
             w.lost_minority,
             w.lost_lease,
             w.lost_other,
+            w.cut_off,
             w.reads,
             w.reads_answered,
             w.probes

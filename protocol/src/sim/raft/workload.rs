@@ -34,6 +34,9 @@ pub struct RaftWorkload {
     pub max_think: Duration,
     /// Longest hold (a leased hold may outlive its lease: it is lost then). Default 600 ms.
     pub max_hold: Duration,
+    /// Share of holds that last long (2 to 6 s: longer than a session timeout, so that only
+    /// session renewals keep them), besides those of `max_hold`. Default 0.1.
+    pub long_hold: f64,
 }
 
 impl Default for RaftWorkload {
@@ -49,6 +52,7 @@ impl Default for RaftWorkload {
             reads: 0.05,
             max_think: Duration::from_millis(300),
             max_hold: Duration::from_millis(600),
+            long_hold: 0.1,
         }
     }
 }
@@ -201,18 +205,24 @@ impl Actor {
         };
     }
 
-    /// Its request was granted: hold it (a leased hold may extend its lease midway).
+    /// Its request was granted: hold it (a leased hold may extend its lease midway; no long
+    /// hold once `calm`: liveness has a bound).
     pub(super) fn granted(
         &mut self,
         rng: &mut SimRng,
         now: Instant,
         w: &RaftWorkload,
         leased: bool,
+        calm: bool,
     ) {
         let Actor::Waiting { request, .. } = *self else {
             return;
         };
-        let hold = Duration::from_nanos(rng.between(1_000_000, nanos(w.max_hold).max(1_000_000)));
+        let hold = if !calm && rng.chance(w.long_hold) {
+            Duration::from_millis(rng.between(2_000, 6_000))
+        } else {
+            Duration::from_nanos(rng.between(1_000_000, nanos(w.max_hold).max(1_000_000)))
+        };
         let extend_at = (leased && rng.chance(w.extend))
             .then(|| now + Duration::from_nanos(rng.below(nanos(hold).max(1))));
         *self = Actor::Holding {

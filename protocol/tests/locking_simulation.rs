@@ -490,6 +490,93 @@ fn cached_seeds_run_clean() {
     }
 }
 
+fn with_handoff(mut config: SimConfig) -> SimConfig {
+    config.endpoint.locks.one_hop_handoff = true;
+    config
+}
+
+/// The one-hop handoff band: designations and passed grants on, both policies, gentle and
+/// harsh, plain and with per-acquisition leases (`CONCLAVE_HANDOFF_SEEDS` /
+/// `CONCLAVE_HANDOFF_HARSH_SEEDS` per policy and workload). Every checker runs as in the other
+/// bands: exclusion on every holder's own clock, tokens, tables against beliefs, liveness.
+#[test]
+fn handoff_seeds_run_clean() {
+    let gentle = seeds("CONCLAVE_HANDOFF_SEEDS", 10, 300);
+    let harsh = seeds("CONCLAVE_HANDOFF_HARSH_SEEDS", 5, 150);
+    for policy in [PartitionPolicy::Available, MAJORITY] {
+        for leased in [false, true] {
+            let lease = |c: SimConfig| if leased { with_leases(c) } else { c };
+            let name = format!("{policy:?}, one-hop handoff{}", if leased { ", leases" } else { "" });
+            let total = assert_clean(
+                &name,
+                run_seeds(&lease(with_handoff(gentle_profile(policy))), &[], gentle),
+            );
+            let harsh_name = format!("{name} (harsh)");
+            let harsh_total = assert_clean(
+                &harsh_name,
+                run_seeds(&lease(with_handoff(harsh_profile(policy))), &[], harsh),
+            );
+            assert_harsh(&harsh_name, &harsh_total);
+            for (name, t) in [(&name, &total), (&harsh_name, &harsh_total)] {
+                let g = &t.grantor;
+                assert!(g.designations > 0, "{name}: no designation");
+                assert!(g.passes > 0, "{name}: no lock passed on");
+            }
+        }
+    }
+}
+
+/// Runs seeds of the handoff band's gentle and harsh profiles with a broken handoff until a
+/// checker fires; returns the seed and the invariant named.
+fn first_handoff_violation(
+    policy: PartitionPolicy,
+    sabotage: LockSabotage,
+    seeds: u64,
+) -> Option<(u64, String)> {
+    [gentle_profile(policy), harsh_profile(policy)]
+        .into_iter()
+        .find_map(|profile| {
+            let config = SimConfig {
+                lock_sabotage: sabotage.clone(),
+                ..with_handoff(profile)
+            };
+            first_harsh_violation(&config, seeds)
+        })
+}
+
+/// A holder that passes its lock on and keeps it: two holders at once.
+#[test]
+fn a_handoff_that_keeps_the_hold_is_caught() {
+    for policy in [PartitionPolicy::Available, MAJORITY] {
+        let sabotage = LockSabotage {
+            pass_keeps_hold: true,
+            ..LockSabotage::default()
+        };
+        let caught = first_handoff_violation(policy, sabotage, 40);
+        assert!(
+            caught
+                .as_ref()
+                .is_some_and(|(_, v)| v.starts_with("mutual exclusion")),
+            "{policy:?}: not caught: {caught:?}"
+        );
+    }
+}
+
+/// A designation used after it was withdrawn, or twice: a member that takes a passed grant for
+/// a request it no longer waits for (it gave up, the grantor granted the next waiter) holds
+/// beside that waiter.
+#[test]
+fn a_designation_used_after_withdrawal_is_caught() {
+    let sabotage = LockSabotage {
+        pass_to_any: true,
+        ..LockSabotage::default()
+    };
+    let caught = [PartitionPolicy::Available, MAJORITY]
+        .into_iter()
+        .find_map(|policy| first_handoff_violation(policy, sabotage.clone(), 200));
+    assert!(caught.is_some(), "not caught in 200 seeds per profile and policy");
+}
+
 fn with_leases(mut config: SimConfig) -> SimConfig {
     if let Some(workload) = config.workload.as_mut() {
         workload.leased = 0.4;
@@ -901,6 +988,9 @@ fn replay_config() -> SimConfig {
     let mut config = SimConfig::from_env_profile(Some(policy));
     if std::env::var("CONCLAVE_SIM_CACHE").is_ok_and(|v| v == "1") {
         config = with_cache(config);
+    }
+    if std::env::var("CONCLAVE_SIM_HANDOFF").is_ok_and(|v| v == "1") {
+        config = with_handoff(config);
     }
     // The lease and transfer bands' workloads (the replay line of a violation names them).
     if let Some(workload) = config.workload.as_mut() {

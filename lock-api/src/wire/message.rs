@@ -378,6 +378,28 @@ pub struct GrantView {
     pub coordinator: u128,
 }
 
+/// A grant made in advance for the waiter next in line (one-hop handoff): carried by
+/// [`LockMessage::Designate`] to the holder and by [`LockMessage::Passed`] to the successor.
+/// Its fields are those of the [`LockMessage::Granted`] the grantor would send.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Successor {
+    /// The successor's member.
+    pub member: MemberId,
+    /// The successor's request.
+    pub request: RequestId,
+    /// The fencing token of the grant.
+    pub token: FencingToken,
+    /// The latest send stamp the grantor had received from the successor when it made the
+    /// grant (under `Majority` the hold's lease runs from that stamp's send time).
+    #[serde(default)]
+    pub stamp: u64,
+    /// The hold's own lease in milliseconds, if it asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// The view the grant was made in.
+    pub view: GrantView,
+}
+
 /// Locking messages between clients and the grantor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockMessage {
@@ -462,6 +484,37 @@ pub enum LockMessage {
         /// that predate it are answered at once.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         lazy: bool,
+        /// The holder passed the lock straight on to its designated successor (one-hop
+        /// handoff, [`LockMessage::Passed`]): the request the grantor named in its
+        /// [`LockMessage::Designate`]. The grantor completes the handoff if that designation
+        /// still stands; otherwise it takes this as a plain release. Absent: a plain release.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        passed_to: Option<RequestId>,
+    },
+    /// Grantor → holder (one-hop handoff): when you release `request`, pass the lock straight
+    /// to `next` (a grant the grantor has already made, to take effect at your release), and
+    /// say so in your release; `None` withdraws an earlier designation. The grantor stays the
+    /// authority: it records the grant, and sends it itself if the release comes without it.
+    Designate {
+        /// The holder's request (the hold this designation follows).
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The successor's grant, or `None`: release to the grantor as usual.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<Successor>,
+    },
+    /// Holder → successor (one-hop handoff): the grantor's grant of the successor's request,
+    /// delivered by the holder as it releases. The successor takes it exactly as a
+    /// [`LockMessage::Granted`] from `grantor`: only while it still waits for that request,
+    /// from its own grantor, for its own view.
+    Passed {
+        /// The grantor that made the grant.
+        grantor: MemberId,
+        /// The lock.
+        name: LockName,
+        /// The grant.
+        grant: Successor,
     },
     /// Grantor → client: the request is granted.
     Granted {

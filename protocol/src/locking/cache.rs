@@ -403,7 +403,7 @@ impl LockMachine {
         if self.cache.serve_after_return {
             // Sabotage: the grant goes back, the entry stays and keeps serving.
             let grant = entry.grant;
-            self.client.unlock(grant, false, &mut self.outbox);
+            self.client.unlock(grant, false, None, &mut self.outbox);
             if let Some(entry) = self.cache.entries.get_mut(name) {
                 entry.revoking = false;
             }
@@ -414,7 +414,7 @@ impl LockMachine {
         };
         self.cache.stats.returned += 1;
         if entry.block.is_some() {
-            self.client.unlock(entry.grant, false, &mut self.outbox);
+            self.client.unlock(entry.grant, false, None, &mut self.outbox);
         } else {
             self.client.cancel(entry.grant, &mut self.outbox);
         }
@@ -659,7 +659,7 @@ impl LockMachine {
                 }
                 LockNotice::Granted { .. } => {
                     // A node grant nobody here wants any more: return it.
-                    self.client.unlock(grant, false, &mut self.outbox);
+                    self.client.unlock(grant, false, None, &mut self.outbox);
                 }
                 LockNotice::Queued { position, .. } if ours => {
                     if let Some(entry) = self.cache.entries.get_mut(&name) {

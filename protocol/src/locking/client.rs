@@ -8,7 +8,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{LockMessage, PendingRelease, PendingRequest, ReportedHold};
+use conclave_lock_api::wire::{
+    LockMessage, PendingRelease, PendingRequest, ReportedHold, Successor,
+};
 use conclave_lock_api::{
     FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, View,
 };
@@ -67,6 +69,9 @@ pub(crate) struct Held {
     pub(crate) lease_until: Option<Instant>,
     /// A lease extension sent and not yet confirmed: its stamp and the lease asked for.
     extending: Option<(u64, Duration)>,
+    /// One-hop handoff: the grant the grantor made in advance to the next waiter, with that
+    /// grantor, to deliver at release ([`LockMessage::Designate`]).
+    pub(crate) successor: Option<(MemberId, Successor)>,
 }
 
 /// A release not yet acknowledged.
@@ -78,6 +83,9 @@ struct Release {
     /// Nobody waits for the acknowledgement: the grantor may send it late, with its next
     /// message to this member ([`LockMessage::Unlock`]'s `lazy`).
     lazy: bool,
+    /// The successor this release passed the lock to (one-hop handoff), named again in every
+    /// resend of the release.
+    passed_to: Option<RequestId>,
 }
 
 /// The client state of one member.
@@ -113,6 +121,11 @@ pub(crate) struct Client {
     pub(crate) drift: (Duration, Duration),
     /// Sabotage: a hold's own lease runs, whole, from the grant's arrival.
     pub(crate) lease_from_receipt: bool,
+    /// Sabotage (one-hop handoff): pass the lock on and keep holding it.
+    pub(crate) pass_keeps_hold: bool,
+    /// Sabotage (one-hop handoff): take a passed lock for any request, even one no longer
+    /// waited for.
+    pub(crate) pass_to_any: bool,
 }
 
 /// Stamps remembered at most (older ones are past any lease anyway).
@@ -138,6 +151,8 @@ impl Client {
             anchor_at_receipt: false,
             drift: (Duration::from_secs(1), Duration::from_secs(1)),
             lease_from_receipt: false,
+            pass_keeps_hold: false,
+            pass_to_any: false,
         }
     }
 
@@ -438,21 +453,73 @@ impl Client {
 
     /// Releases the lock acquired by `request`: at once for the caller, acknowledged later.
     /// `lazy`: nobody waits for the acknowledgement, so the grantor may hold it back.
-    pub(crate) fn unlock(&mut self, request: RequestId, lazy: bool, out: &mut Outbox) -> bool {
+    /// With `now` (a caller's release, not a cache's return), a hold with a designated
+    /// successor passes the lock straight on to it (one-hop handoff) if the designation is of
+    /// this member's grantor and the hold is still good at `now`; the release then says so.
+    pub(crate) fn unlock(
+        &mut self,
+        request: RequestId,
+        lazy: bool,
+        now: Option<Instant>,
+        out: &mut Outbox,
+    ) -> bool {
         let Some(held) = self.held.remove(&request) else {
             return false;
         };
+        let passed_to = now.and_then(|now| self.pass_on(now, &held, out));
+        if passed_to.is_some() && self.pass_keeps_hold {
+            self.held.insert(request, held.clone());
+        }
         let release = Release {
             name: held.name,
             owner: held.owner,
             token: held.table_token,
             lazy,
+            passed_to,
         };
         if let Some(grantor) = &self.grantor {
             out.push_back((grantor.clone(), self.unlock_message(request, &release)));
         }
         self.releases.insert(request, release);
         true
+    }
+
+    /// Sends the grant designated for `held`'s successor to it, if the designation is of this
+    /// member's grantor and the hold is good at `now` (its lease has not run out here: a
+    /// grantor that expired it has granted the successor itself). Returns the successor's
+    /// request.
+    fn pass_on(&self, now: Instant, held: &Held, out: &mut Outbox) -> Option<RequestId> {
+        let (grantor, successor) = held.successor.as_ref()?;
+        let current = self.grantor.as_ref() == Some(grantor) && held.granted_by == *grantor;
+        let leased = self.lease.is_none_or(|lease| now < held.leased_from + lease)
+            && held.lease_until.is_none_or(|until| now < until);
+        if !(current && leased) {
+            return None;
+        }
+        out.push_back((
+            successor.member.clone(),
+            LockMessage::Passed {
+                grantor: grantor.clone(),
+                name: held.name.clone(),
+                grant: successor.clone(),
+            },
+        ));
+        Some(successor.request)
+    }
+
+    /// DESIGNATE from our grantor: the successor of a hold (or none any more).
+    pub(crate) fn on_designate(
+        &mut self,
+        from: &MemberId,
+        request: RequestId,
+        next: Option<Successor>,
+    ) {
+        if self.grantor.as_ref() != Some(from) {
+            return;
+        }
+        if let Some(held) = self.held.get_mut(&request) {
+            held.successor = next.map(|s| (from.clone(), s));
+        }
     }
 
     fn unlock_message(&self, request: RequestId, r: &Release) -> LockMessage {
@@ -462,6 +529,7 @@ impl Client {
             owner: self.owner(r.owner),
             token: r.token,
             lazy: r.lazy,
+            passed_to: r.passed_to,
         }
     }
 
@@ -582,6 +650,7 @@ impl Client {
                 owner: held.owner,
                 token: held.table_token,
                 lazy: false,
+                passed_to: None,
             };
             if let Some(grantor) = &self.grantor {
                 out.push_back((grantor.clone(), self.unlock_message(request, &release)));
@@ -676,7 +745,9 @@ impl Client {
             | LockMessage::Handoff { .. }
             | LockMessage::Transferred { .. }
             | LockMessage::NotGrantor { .. }
-            | LockMessage::Revoke { .. } => {}
+            | LockMessage::Revoke { .. }
+            | LockMessage::Designate { .. }
+            | LockMessage::Passed { .. } => {}
         }
     }
 

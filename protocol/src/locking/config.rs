@@ -81,6 +81,15 @@ pub struct LockConfig {
     /// Node-level caching of exclusive locks: off by default (see
     /// [`NodeCacheConfig`](super::NodeCacheConfig)).
     pub node_cache: super::NodeCacheConfig,
+    /// One-hop handoff: the grantor grants the next waiter of a held lock in advance and
+    /// tells the holder, whose release then goes straight to that waiter as its grant (one
+    /// message on the handoff's path instead of two), the grantor told in the same send. The
+    /// grantor stays the authority: it takes the tokens, completes the handoff in its table,
+    /// and grants the waiter itself whenever the holder releases otherwise, expires or leaves.
+    /// Only for a plain exclusive hold with a plain exclusive waiter next (no node grants).
+    /// Every member of a cluster must run a version that knows it before it is turned on
+    /// (older members drop the messages it adds). Default off.
+    pub one_hop_handoff: bool,
 }
 
 impl Default for LockConfig {
@@ -93,6 +102,7 @@ impl Default for LockConfig {
             support_lease: Duration::from_secs(3),
             suspend_after: Duration::from_millis(1500),
             node_cache: super::NodeCacheConfig::default(),
+            one_hop_handoff: false,
         }
     }
 }
@@ -113,6 +123,7 @@ impl LockConfig {
                 delegation_grace: Duration::from_millis(200),
                 ..super::NodeCacheConfig::default()
             },
+            one_hop_handoff: false,
         }
     }
 

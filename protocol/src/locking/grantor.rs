@@ -18,6 +18,7 @@ use super::table::{Holder, LockTable, Waiter};
 use super::types::Outbox;
 use crate::time::Instant;
 
+mod pass;
 mod serve;
 
 /// Requests held back while reconciling, at most; more are dropped (their clients resend them
@@ -117,6 +118,12 @@ pub struct GrantorStats {
     /// was held back, to leave with a later message to their member or on its own once due
     /// (see [`crate::locking::LAZY_ACK_DELAY`]).
     pub lazy_acks: u64,
+    /// One-hop handoff: grants made in advance to the waiter next in line and sent to the
+    /// holder to pass on at its release ([`LockMessage::Designate`]).
+    pub designations: u64,
+    /// One-hop handoff: releases that passed the lock straight to its successor (the
+    /// grantor completed the handoff, without a grant of its own).
+    pub passes: u64,
 }
 
 impl std::ops::AddAssign for GrantorStats {
@@ -138,6 +145,8 @@ impl std::ops::AddAssign for GrantorStats {
         self.reconcile_timeouts += other.reconcile_timeouts;
         self.quiet_waits += other.quiet_waits;
         self.lazy_acks += other.lazy_acks;
+        self.designations += other.designations;
+        self.passes += other.passes;
     }
 }
 
@@ -153,6 +162,7 @@ pub(crate) struct GrantorSabotage {
     pub(crate) grant_while_reconciling: bool,
     pub(crate) skip_liveness_recheck: bool,
     pub(crate) serve_after_handoff: bool,
+    pub(crate) pass_without_fence: bool,
 }
 
 #[derive(Debug)]
@@ -175,6 +185,8 @@ pub(crate) struct Grantor {
     pub(crate) generation: u64,
     pub(crate) stats: GrantorStats,
     pub(crate) sabotage: GrantorSabotage,
+    /// One-hop handoff ([`super::LockConfig::one_hop_handoff`]).
+    pub(crate) one_hop: bool,
     /// When each lock was last granted for writing (delegations wait out a grace after it).
     last_write: BTreeMap<LockName, Instant>,
     /// The grace after a write during which shared node grants are plain.
@@ -210,6 +222,7 @@ impl Grantor {
             generation: 0,
             stats: GrantorStats::default(),
             sabotage: GrantorSabotage::default(),
+            one_hop: false,
             #[cfg(feature = "sim")]
             grant_log: Vec::new(),
         }
@@ -481,6 +494,7 @@ impl Grantor {
         if let Some(fence) = ctx.fence {
             self.vouched.retain(|_, at| *at + fence > ctx.now);
         }
+        self.drop_departed_successors(ctx, out);
         self.promote_all(ctx, out);
         // Waiters of departed members that promotion did not reach.
         self.table.remove_waiters(|m| ctx.view.contains(m));
@@ -755,6 +769,7 @@ impl Grantor {
                         owner: release.owner,
                         token: release.token,
                         lazy: false,
+                        passed_to: None,
                     },
                     out,
                 );

@@ -156,7 +156,7 @@ impl LockMachine {
             .map(|(r, _)| *r)
             .collect();
         for request in &held {
-            self.client.unlock(*request, false, &mut self.outbox);
+            self.client.unlock(*request, false, None, &mut self.outbox);
         }
         let pending: Vec<RequestId> = self
             .client

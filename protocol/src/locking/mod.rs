@@ -133,6 +133,7 @@ impl LockMachine {
             grantor: {
                 let mut grantor = Grantor::new(local.clone());
                 grantor.delegation_grace = config.node_cache.delegation_grace;
+                grantor.one_hop = config.one_hop_handoff;
                 grantor
             },
             cache: cache::NodeCache::default(),
@@ -242,7 +243,7 @@ impl LockMachine {
         }
         if !self.client.cancel(request, &mut self.outbox) {
             // Cancelling a hold releases it, and nobody waits for the acknowledgement.
-            self.client.unlock(request, true, &mut self.outbox);
+            self.client.unlock(request, true, Some(now), &mut self.outbox);
         }
         self.pump(now);
     }
@@ -280,7 +281,7 @@ impl LockMachine {
             self.pump(now);
             return Ok(());
         }
-        if !self.client.unlock(request, lazy, &mut self.outbox) {
+        if !self.client.unlock(request, lazy, Some(now), &mut self.outbox) {
             self.arm_timers();
             return Err(NotHeld(request));
         }
@@ -468,6 +469,29 @@ impl LockMachine {
                 if self.grantor_is(from) {
                     self.cache_revoke(now, request, token);
                 }
+            }
+            LockMessage::Designate {
+                request, next, ..
+            } => self.client.on_designate(from, request, next),
+            LockMessage::Passed {
+                grantor,
+                name,
+                grant,
+            } => {
+                let of_our_view = self.config.policy.is_majority()
+                    || self
+                        .view
+                        .as_deref()
+                        .is_some_and(|v| grantor::grant_view(v) == grant.view);
+                self.client.on_passed(
+                    now,
+                    &grantor,
+                    of_our_view,
+                    name,
+                    grant,
+                    &mut self.outbox,
+                    &mut self.notices,
+                );
             }
             LockMessage::Granted { .. }
             | LockMessage::Denied { .. }

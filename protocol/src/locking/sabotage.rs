@@ -23,6 +23,9 @@ impl LockMachine {
         self.grantor.table.grant_over_delegations = sabotage.grant_over_delegations;
         self.client.lease_from_receipt = sabotage.lease_from_receipt;
         self.grantor.sabotage.serve_after_handoff = sabotage.serve_after_handoff;
+        self.client.pass_keeps_hold = sabotage.pass_keeps_hold;
+        self.client.pass_to_any = sabotage.pass_to_any;
+        self.grantor.sabotage.pass_without_fence = sabotage.pass_without_fence;
         self.arm_timers();
     }
 

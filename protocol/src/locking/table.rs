@@ -6,10 +6,14 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::{TableHolder, TableLock, TableWaiter, NODE_GRANT_TOKENS, NODE_OWNER};
+use conclave_lock_api::wire::{
+    GrantView, TableHolder, TableLock, TableWaiter, NODE_GRANT_TOKENS, NODE_OWNER,
+};
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId};
 
 use crate::time::Instant;
+
+mod successor;
 
 /// A granted hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,11 +52,26 @@ struct Entry {
     queue: VecDeque<Waiter>,
     /// No grant before this instant (a departed holder's lease may still run).
     not_before: Option<Instant>,
+    /// One-hop handoff: the waiter granted in advance, to take over at the sole holder's
+    /// release (out of the queue; nobody else is granted while it stands).
+    successor: Option<Designated>,
 }
 
 impl Entry {
     fn is_unused(&self, now: Instant) -> bool {
-        self.holders.is_empty() && self.queue.is_empty() && self.not_before.is_none_or(|t| t <= now)
+        self.holders.is_empty()
+            && self.queue.is_empty()
+            && self.successor.is_none()
+            && self.not_before.is_none_or(|t| t <= now)
+    }
+
+    /// The waiters in order: the designated successor first.
+    fn waiting(&self) -> impl Iterator<Item = &Waiter> {
+        self.successor.iter().map(|d| &d.waiter).chain(&self.queue)
+    }
+
+    fn has_waiters(&self) -> bool {
+        self.successor.is_some() || !self.queue.is_empty()
     }
 
     fn compatible(&self, mode: LockMode) -> bool {
@@ -110,6 +129,20 @@ fn tokens_taken(owner: &OwnerId) -> u64 {
     } else {
         1
     }
+}
+
+/// A grant made in advance to the waiter next in line, to take effect when the lock's sole
+/// holder releases (one-hop handoff: the holder delivers it, see `docs/protocol.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Designated {
+    /// The holder whose release it follows: its member and request.
+    pub(crate) after: (MemberId, RequestId),
+    /// The successor's request, out of the queue.
+    pub(crate) waiter: Waiter,
+    /// The token of the grant, taken when it was made.
+    pub(crate) token: FencingToken,
+    /// The view the grant was made in.
+    pub(crate) view: GrantView,
 }
 
 fn same(owner: &OwnerId, request: RequestId, member: &MemberId, req: RequestId) -> bool {
@@ -186,8 +219,7 @@ impl LockTable {
 
     pub(crate) fn is_queued(&self, name: &LockName, member: &MemberId, request: RequestId) -> bool {
         self.locks.get(name).is_some_and(|e| {
-            e.queue
-                .iter()
+            e.waiting()
                 .any(|w| same(&w.owner, w.request, member, request))
         })
     }
@@ -198,7 +230,7 @@ impl LockTable {
     pub(crate) fn can_grant_now(&self, name: &LockName, mode: LockMode, now: Instant) -> bool {
         let over = self.grant_over_delegations;
         self.locks.get(name).is_none_or(|e| {
-            e.queue.is_empty()
+            !e.has_waiters()
                 && (e.compatible(mode) || over && e.compatible_over_delegations(mode))
                 && e.not_before.is_none_or(|t| t <= now)
         })
@@ -334,6 +366,12 @@ impl LockTable {
         request: RequestId,
     ) -> Option<Waiter> {
         let entry = self.locks.get_mut(name)?;
+        if let Some(d) = entry
+            .successor
+            .take_if(|d| same(&d.waiter.owner, d.waiter.request, member, request))
+        {
+            return Some(d.waiter);
+        }
         let index = entry
             .queue
             .iter()
@@ -378,6 +416,17 @@ impl LockTable {
             entry
                 .queue
                 .retain(|w| w.owner.member != *member || keep(w.request));
+            if entry
+                .successor
+                .as_ref()
+                .is_some_and(|d| d.waiter.owner.member == *member && !keep(d.waiter.request))
+            {
+                // The member says it neither holds nor waits for it: it refused the handoff
+                // or never had it, and refuses it from now on.
+                entry.successor = None;
+                touched.push(name.clone());
+                continue;
+            }
             if (entry.holders.len(), entry.queue.len()) != before {
                 touched.push(name.clone());
             }
@@ -405,6 +454,30 @@ impl LockTable {
         while let Some(entry) = self.locks.get_mut(name) {
             if entry.not_before.is_some_and(|t| t > now) {
                 break;
+            }
+            if entry.successor.is_some() {
+                // The successor granted in advance goes first, with its token, once the
+                // holder it follows is gone (released without passing it on, expired,
+                // departed).
+                if !entry.holders.is_empty() {
+                    break;
+                }
+                let Some(d) = entry.successor.take() else {
+                    break;
+                };
+                if verdict(&d.waiter.owner) == Verdict::Drop {
+                    continue;
+                }
+                let holder = Holder {
+                    owner: d.waiter.owner,
+                    mode: d.waiter.mode,
+                    token: d.token,
+                    request: d.waiter.request,
+                    lease_until: d.waiter.lease.map(|l| now + l),
+                };
+                entry.holders.push(holder.clone());
+                granted.push(holder);
+                continue;
             }
             let Some(head) = entry.queue.front() else {
                 break;
@@ -468,14 +541,14 @@ impl LockTable {
 
     /// Whether `name` has waiters.
     pub(crate) fn has_waiters(&self, name: &LockName) -> bool {
-        self.locks.get(name).is_some_and(|e| !e.queue.is_empty())
+        self.locks.get(name).is_some_and(Entry::has_waiters)
     }
 
     /// Names of locks with waiters.
     pub(crate) fn names_with_waiters(&self) -> Vec<LockName> {
         self.locks
             .iter()
-            .filter(|(_, e)| !e.queue.is_empty())
+            .filter(|(_, e)| e.has_waiters())
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -484,7 +557,7 @@ impl LockTable {
     pub(crate) fn next_not_before(&self, now: Instant) -> Option<Instant> {
         self.locks
             .values()
-            .filter(|e| !e.queue.is_empty())
+            .filter(|e| e.has_waiters())
             .filter_map(|e| e.not_before)
             .filter(|t| *t > now)
             .min()
@@ -494,7 +567,7 @@ impl LockTable {
     pub(crate) fn waiters(&self) -> impl Iterator<Item = (&LockName, &Waiter)> {
         self.locks
             .iter()
-            .flat_map(|(name, e)| e.queue.iter().map(move |w| (name, w)))
+            .flat_map(|(name, e)| e.waiting().map(move |w| (name, w)))
     }
 
     /// The highest token issued or observed.
@@ -515,7 +588,7 @@ impl LockTable {
         let mut used = self
             .locks
             .iter()
-            .filter(|(_, e)| !e.holders.is_empty() || !e.queue.is_empty());
+            .filter(|(_, e)| !e.holders.is_empty() || e.has_waiters());
         let locks = used
             .by_ref()
             .take(limit)
@@ -535,8 +608,7 @@ impl LockTable {
                     })
                     .collect(),
                 waiters: e
-                    .queue
-                    .iter()
+                    .waiting()
                     .map(|w| TableWaiter {
                         owner: w.owner.clone(),
                         mode: w.mode,
@@ -549,7 +621,7 @@ impl LockTable {
 
     /// Number of queued requests.
     pub(crate) fn waiting(&self) -> usize {
-        self.locks.values().map(|e| e.queue.len()).sum()
+        self.locks.values().map(|e| e.waiting().count()).sum()
     }
 
     /// Number of locks known (held, queued or fenced).

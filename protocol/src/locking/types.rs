@@ -275,6 +275,14 @@ pub struct LockSabotage {
     /// Named services under `Majority`: grant without the member's term (as if every named
     /// service's grantor had a majority's support and no grace period to wait).
     pub service_without_term: bool,
+    /// One-hop handoff: the holder passes the lock on and keeps holding it.
+    pub pass_keeps_hold: bool,
+    /// One-hop handoff: a member takes a passed lock for a request it no longer waits for
+    /// (a designation used after it was withdrawn, or twice).
+    pub pass_to_any: bool,
+    /// One-hop handoff, `Majority`: a successor that left the view is dropped without fencing
+    /// its lock for the lease the passed grant could have.
+    pub pass_without_fence: bool,
 }
 
 /// A view's id on the wire: its epoch and its coordinator's incarnation. A coordinator numbers

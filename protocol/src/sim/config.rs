@@ -252,6 +252,9 @@ pub(super) fn replay_command(seed: u64, config: &SimConfig) -> String {
     if config.endpoint.locks.node_cache.enabled {
         profile.push_str("CONCLAVE_SIM_CACHE=1 ");
     }
+    if config.endpoint.locks.one_hop_handoff {
+        profile.push_str("CONCLAVE_SIM_HANDOFF=1 ");
+    }
     if let Some(w) = &config.workload {
         if w.leased > 0.0 {
             profile.push_str(&format!("CONCLAVE_SIM_LEASED={} ", w.leased));

@@ -1,15 +1,16 @@
 //! The client's handlers of its grantor's answers, one per message kind.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use conclave_lock_api::wire::LockMessage;
+use conclave_lock_api::wire::{LockMessage, Successor};
 use conclave_lock_api::{
-    FencingToken, LockLostReason, LockName, MemberId, OwnerId, RequestId, UnexpectedGrant,
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
+    UnexpectedGrant,
 };
 use tracing::debug;
 
-use super::{Client, Held};
+use super::{Client, Held, Pending};
 use crate::locking::lease::scale;
 use crate::locking::types::{LockNotice, Outbox, Refusal};
 use crate::time::Instant;
@@ -96,6 +97,7 @@ impl Client {
                 cached,
                 lease_until,
                 extending: None,
+                successor: None,
             },
         );
         notices.push_back(LockNotice::Granted {
@@ -185,6 +187,67 @@ impl Client {
             return true;
         }
         false
+    }
+
+    /// PASSED by a holder: the grant of `grantor` for one of our requests, taken as a GRANTED
+    /// of that grantor (`of_our_view` as for one).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_passed(
+        &mut self,
+        now: Instant,
+        grantor: &MemberId,
+        of_our_view: bool,
+        name: LockName,
+        grant: Successor,
+        out: &mut Outbox,
+        notices: &mut VecDeque<LockNotice>,
+    ) {
+        if self.pass_to_any && !self.pending.contains_key(&grant.request) {
+            // Sabotage: hold whatever is passed, waited for or not.
+            self.pending.insert(
+                grant.request,
+                Pending {
+                    name: name.clone(),
+                    owner: 0,
+                    mode: LockMode::Exclusive,
+                    wait: true,
+                    deadline: None,
+                    sent: true,
+                    given_back: BTreeMap::new(),
+                    told_queued: true,
+                    lease: grant.lease_ms.map(Duration::from_millis),
+                    quiet: true,
+                },
+            );
+        }
+        let ours = self.grantor.as_ref() == Some(grantor);
+        if ours && !of_our_view && self.pending.contains_key(&grant.request) {
+            // Our grantor's grant, made in a view we have left: the grantor completes the
+            // handoff when the holder's release reaches it, so it is given back there, and
+            // the request asked again after it (in that order, on one ordered channel).
+            debug!(request = %grant.request, lock = %name, "passed grant of an earlier view; giving it back");
+            self.note_given_back(grantor, grant.request, grant.token);
+            out.push_back((
+                grantor.clone(),
+                self.give_back(grant.request, name, grant.token),
+            ));
+            if let Some(pending) = self.pending.get(&grant.request).cloned() {
+                let message = self.lock_message(now, grant.request, &pending);
+                out.push_back((grantor.clone(), message));
+            }
+            return;
+        }
+        let from_grantor = of_our_view && ours;
+        let granted = LockMessage::Granted {
+            request: grant.request,
+            name,
+            token: grant.token,
+            stamp: grant.stamp,
+            cached: false,
+            lease_ms: grant.lease_ms,
+            view: Some(grant.view),
+        };
+        self.on_granted(now, grantor, from_grantor, granted, out, notices);
     }
 
     /// QUEUED by our grantor: told once per request.
@@ -378,6 +441,7 @@ impl Client {
             owner: self.owner(0),
             token,
             lazy: false,
+            passed_to: None,
         }
     }
 }

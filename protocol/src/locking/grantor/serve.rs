@@ -122,6 +122,7 @@ impl Grantor {
             self.revoke_node_grants(name, Some(&waiter.owner), out);
             if wait {
                 let position = self.table.enqueue(name, waiter);
+                self.designate(ctx, name, out);
                 // Queued behind another owner: tell the client, unless it asked not to be
                 // told. (A request that waits only for the grantor to be able to grant is
                 // not.)
@@ -208,6 +209,11 @@ impl Grantor {
         name: LockName,
         out: &mut Outbox,
     ) {
+        let successor_of = self
+            .table
+            .successor(&name)
+            .filter(|d| d.waiter.owner.member == *from && d.waiter.request == request)
+            .map(|d| d.after.clone());
         let was_holder = self.table.withdraw(&name, from, request).is_none()
             && self.table.release(&name, from, request).is_some();
         out.push_back((
@@ -220,6 +226,12 @@ impl Grantor {
         ));
         if was_holder {
             self.promote(ctx, &name, out);
+        }
+        if let Some(after) = successor_of {
+            // The successor withdrew (it refuses the grant from now on): the next waiter, if
+            // any, is designated instead; otherwise the holder is told.
+            self.designate(ctx, &name, out);
+            self.undesignate(&name, after, out);
         }
         self.table.forget_if_unused(&name, ctx.now);
     }
@@ -237,25 +249,35 @@ impl Grantor {
             name,
             token,
             lazy,
+            passed_to,
             ..
         } = message
         else {
             return;
         };
+        let passed = passed_to.is_some_and(|next| {
+            self.complete_pass(ctx, &name, (from, request, token), next, out)
+        });
+        if !passed {
+            // The successor's own release (or give-back) of the designated grant before the
+            // holder's news: the holder passed it on.
+            self.pass_evidenced(ctx, from, request, token, out);
+        }
         // Only the grant named by its token: a request given back (its grant arrived
         // after its lease) asks again under the same id, and a late copy of the old
         // release must not free the new grant or withdraw the new wait.
-        let freed = self
-            .table
-            .release_grant(&name, from, request, token)
-            .is_some();
+        let freed = !passed
+            && self
+                .table
+                .release_grant(&name, from, request, token)
+                .is_some();
         if lazy && *from != self.local {
             self.stats.lazy_acks += 1;
             self.lazy_acks.hold(ctx.now, from, request, out);
         } else {
             out.push_back((from.clone(), LockMessage::UnlockAck { request }));
         }
-        if freed {
+        if freed || passed {
             self.promote(ctx, &name, out);
         }
         self.table.forget_if_unused(&name, ctx.now);
@@ -315,6 +337,7 @@ impl Grantor {
         if self.table.has_waiters(name) {
             self.revoke_node_grants(name, None, out);
         }
+        self.designate(ctx, name, out);
     }
 
     /// Whether a grant of `mode` to `owner` is a node grant its member may cache: exclusive

@@ -40,7 +40,7 @@ pub use message::HeldLock;
 pub use message::{
     first_setting_mismatch, Ack, Discovery, Frame, GmsMessage, GrantView, LeaseBeat, LockMessage,
     Message, Packet, PendingRelease, PendingRequest, Probe, ReportedHold, Segment, SharedSetting,
-    StreamAck, Successor, TableHolder, TableLock, TableWaiter, MAX_BUNDLE, NODE_GRANT_TOKENS, NODE_OWNER,
-    SHARED_SETTINGS_MAX, TABLE_LOCKS_MAX,
+    StreamAck, Successor, TableHolder, TableLock, TableWaiter, MAX_BUNDLE, NODE_GRANT_TOKENS,
+    NODE_OWNER, SHARED_SETTINGS_MAX, TABLE_LOCKS_MAX,
 };
 pub use payload::Payload;

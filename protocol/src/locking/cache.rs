@@ -414,7 +414,8 @@ impl LockMachine {
         };
         self.cache.stats.returned += 1;
         if entry.block.is_some() {
-            self.client.unlock(entry.grant, false, None, &mut self.outbox);
+            self.client
+                .unlock(entry.grant, false, None, &mut self.outbox);
         } else {
             self.client.cancel(entry.grant, &mut self.outbox);
         }

@@ -491,7 +491,9 @@ impl Client {
     fn pass_on(&self, now: Instant, held: &Held, out: &mut Outbox) -> Option<RequestId> {
         let (grantor, successor) = held.successor.as_ref()?;
         let current = self.grantor.as_ref() == Some(grantor) && held.granted_by == *grantor;
-        let leased = self.lease.is_none_or(|lease| now < held.leased_from + lease)
+        let leased = self
+            .lease
+            .is_none_or(|lease| now < held.leased_from + lease)
             && held.lease_until.is_none_or(|until| now < until);
         if !(current && leased) {
             return None;

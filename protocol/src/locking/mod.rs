@@ -133,7 +133,9 @@ impl LockMachine {
             grantor: {
                 let mut grantor = Grantor::new(local.clone());
                 grantor.delegation_grace = config.node_cache.delegation_grace;
-                grantor.one_hop = config.one_hop_handoff;
+                // Under `Available` the handoff is not proven yet (docs/protocol.md, "One-hop
+                // handoff"): its grantor never designates.
+                grantor.one_hop = config.one_hop_handoff && config.policy.is_majority();
                 grantor
             },
             cache: cache::NodeCache::default(),
@@ -243,7 +245,8 @@ impl LockMachine {
         }
         if !self.client.cancel(request, &mut self.outbox) {
             // Cancelling a hold releases it, and nobody waits for the acknowledgement.
-            self.client.unlock(request, true, Some(now), &mut self.outbox);
+            self.client
+                .unlock(request, true, Some(now), &mut self.outbox);
         }
         self.pump(now);
     }
@@ -281,7 +284,10 @@ impl LockMachine {
             self.pump(now);
             return Ok(());
         }
-        if !self.client.unlock(request, lazy, Some(now), &mut self.outbox) {
+        if !self
+            .client
+            .unlock(request, lazy, Some(now), &mut self.outbox)
+        {
             self.arm_timers();
             return Err(NotHeld(request));
         }
@@ -470,19 +476,21 @@ impl LockMachine {
                     self.cache_revoke(now, request, token);
                 }
             }
-            LockMessage::Designate {
-                request, next, ..
-            } => self.client.on_designate(from, request, next),
+            LockMessage::Designate { request, next, .. } => {
+                self.client.on_designate(from, request, next)
+            }
             LockMessage::Passed {
                 grantor,
                 name,
                 grant,
             } => {
-                let of_our_view = self.config.policy.is_majority()
-                    || self
-                        .view
-                        .as_deref()
-                        .is_some_and(|v| grantor::grant_view(v) == grant.view);
+                // Under both policies: a grant passed on is taken only in the view it was made
+                // in (a grantor that reconciled since, even the same member in a new term,
+                // rebuilt its table from reports that did not include it).
+                let of_our_view = self
+                    .view
+                    .as_deref()
+                    .is_some_and(|v| grantor::grant_view(v) == grant.view);
                 self.client.on_passed(
                     now,
                     &grantor,

@@ -258,6 +258,13 @@ impl fmt::Display for Report {
                 "grantor             {} grants ({} contended), {} reconciliations, {} duplicates resolved, {} late reports, {} grantor crashes while locks were held",
                 g.grants, g.contended_grants, g.reconciliations, g.duplicates_resolved, g.late_reports, self.grantor_crashes_with_locks
             )?;
+            if g.designations > 0 {
+                writeln!(
+                    f,
+                    "one-hop handoff     {} designations, {} locks passed straight to the next holder",
+                    g.designations, g.passes
+                )?;
+            }
             let c = &self.cache;
             writeln!(
                 f,

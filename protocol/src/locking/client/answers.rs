@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use conclave_lock_api::wire::{LockMessage, Successor};
 use conclave_lock_api::{
-    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId,
-    UnexpectedGrant,
+    FencingToken, LockLostReason, LockMode, LockName, MemberId, OwnerId, RequestId, UnexpectedGrant,
 };
 use tracing::debug;
 

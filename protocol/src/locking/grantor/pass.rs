@@ -19,9 +19,9 @@ impl Grantor {
             return;
         }
         let view = grant_view(ctx.view);
-        let Some((holder, d)) =
-            self.table
-                .designate(name, (self.epoch, view), ctx.now, |m| ctx.view.contains(m))
+        let Some((holder, d)) = self
+            .table
+            .designate(name, (self.epoch, view), ctx.now, |m| ctx.view.contains(m))
         else {
             return;
         };

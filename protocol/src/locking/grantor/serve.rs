@@ -255,9 +255,8 @@ impl Grantor {
         else {
             return;
         };
-        let passed = passed_to.is_some_and(|next| {
-            self.complete_pass(ctx, &name, (from, request, token), next, out)
-        });
+        let passed = passed_to
+            .is_some_and(|next| self.complete_pass(ctx, &name, (from, request, token), next, out));
         if !passed {
             // The successor's own release (or give-back) of the designated grant before the
             // holder's news: the holder passed it on.

@@ -108,10 +108,7 @@ impl LockTable {
     ) -> Vec<(LockName, (MemberId, RequestId))> {
         let mut dropped = Vec::new();
         for (name, entry) in &mut self.locks {
-            let Some(d) = entry
-                .successor
-                .take_if(|d| !keep(&d.waiter.owner.member))
-            else {
+            let Some(d) = entry.successor.take_if(|d| !keep(&d.waiter.owner.member)) else {
                 continue;
             };
             if let Some(t) = not_before(&d.waiter.owner.member) {

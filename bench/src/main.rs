@@ -43,8 +43,10 @@
 //! from this process, whose grantor is another process, in a cluster without a key and in one
 //! with a key, in alternating rounds beside the floor; it prints both and their ratio.
 //!
-//! The `redis` mode also draws its figures as SVG charts (`docs/bench-redis-latency.svg`,
-//! `docs/bench-redis-handoffs.svg`; `CONCLAVE_BENCH_CHARTS=DIR` writes them elsewhere).
+//! The `redis` mode measures each round twice, quiet and beside a child process spinning on
+//! one core, and draws its figures as SVG charts (`docs/bench-redis-latency.svg`,
+//! `docs/bench-redis-handoffs.svg`, and the same names ending in `-neighbour` for the spinning
+//! neighbour; `CONCLAVE_BENCH_CHARTS=DIR` writes them elsewhere).
 //!
 //! Every child process is killed by its PID when the benchmark ends, also on error. Nothing
 //! leaves the host: sockets on 127.0.0.1, multicast with TTL 0.
@@ -65,6 +67,7 @@ use crate::counting::{Counting, SendCounter};
 mod chart;
 mod contend;
 mod counting;
+mod neighbour;
 mod raft;
 mod redis;
 mod relay;
@@ -385,6 +388,13 @@ impl Floor {
     }
 }
 
+/// The load averages, as `uptime` prints them.
+fn load() -> String {
+    let avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let fields: Vec<&str> = avg.split_whitespace().take(3).collect();
+    format!("load average: {}", fields.join(", "))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(index).copied().unwrap_or_default()
@@ -697,6 +707,7 @@ fn child(args: &[String]) -> Result<(), Error> {
             Ok(())
         }),
         "redis-taker" => redis::taker(arg(1)?, arg(2)?),
+        "spin" => neighbour::spin(arg(1)?),
         "tasks" => contend::child(args),
         "relay-grantor" => relay::grantor(arg(1)?, arg(2)?),
         "relay-taker" => relay::taker(arg(1)?, arg(2)?),

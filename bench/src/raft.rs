@@ -50,7 +50,7 @@ use conclave::raft::{RaftConfig, RaftPeer};
 use conclave::tcp::{TcpConfig, TcpMesh};
 use conclave::{DistributedMutex, EndpointConfig, Founding, Node, PartitionPolicy};
 
-use super::{micros, percentile, Error, Floor, Mode, Proc};
+use super::{load, micros, percentile, Error, Floor, Mode, Proc};
 
 /// Alternating rounds of every measurement (`CONCLAVE_BENCH_RAFT_ROUNDS` to change).
 const ROUNDS: usize = 5;
@@ -169,13 +169,6 @@ fn fs_type(path: &Path) -> String {
         })
         .max()
         .map_or_else(|| "?".into(), |(_, kind)| kind)
-}
-
-/// The load averages, as `uptime` prints them.
-fn load() -> String {
-    let avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let fields: Vec<&str> = avg.split_whitespace().take(3).collect();
-    format!("load average: {}", fields.join(", "))
 }
 
 /// Waits for `future` at most `limit`.

@@ -19,6 +19,12 @@
 //! Conclave runs over UDP and over the TCP mesh, each cluster a coordinator process (the
 //! grantor) and the four contender processes, this process also a member for the uncontended
 //! figures.
+//!
+//! Every round is measured in two regimes ([`Regime`]), one after the other: quiet, and with
+//! a child process spinning on one core beside (a busy neighbour; see `neighbour.rs`). The
+//! report gives each regime its floor (with its kind, fast or slow, see [`FloorKind`]), its
+//! table, its summary lines and its pair of charts. `CONCLAVE_BENCH_REGIMES=quiet` (or
+//! `neighbour`) measures one regime only.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -29,7 +35,8 @@ use conclave::{DistributedMutex, Node};
 
 use super::chart;
 use super::contend::{count_and_cpu, cpu_time, cpu_time_of, per_handoff};
-use super::{expect, join, micros, percentile, start_coordinator, Error, Floor, Mode, Proc};
+use super::neighbour::{FloorKind, Regime};
+use super::{expect, join, load, micros, percentile, start_coordinator, Error, Floor, Mode, Proc};
 
 /// Alternating rounds of every measurement.
 const ROUNDS: usize = 5;
@@ -458,10 +465,154 @@ impl Figures {
     }
 }
 
+/// Every system's figures in one [`Regime`], and the floor's.
+struct RegimeFigures {
+    regime: Regime,
+    /// Every floor round trip of every round.
+    rtts: Vec<Duration>,
+    /// Each round's floor p50.
+    round_floors: Vec<Duration>,
+    conclave_udp: Figures,
+    conclave_tcp: Figures,
+    redis_at_once: Figures,
+    redis_back_off: Figures,
+}
+
+impl RegimeFigures {
+    fn new(regime: Regime) -> Self {
+        Self {
+            regime,
+            rtts: Vec::new(),
+            round_floors: Vec::new(),
+            conclave_udp: Figures::default(),
+            conclave_tcp: Figures::default(),
+            redis_at_once: Figures::default(),
+            redis_back_off: Figures::default(),
+        }
+    }
+
+    /// One round of every measurement, with the regime's neighbour (if any) running beside.
+    async fn round(
+        &mut self,
+        floor: &mut Floor,
+        udp: &mut Cluster,
+        tcp: &mut Cluster,
+        redis: &mut RedisSide,
+    ) -> Result<(), Error> {
+        let _neighbour = self.regime.start()?;
+        let mut rtts = Vec::with_capacity(SAMPLES);
+        for _ in 0..SAMPLES {
+            rtts.push(floor.round_trip()?);
+        }
+        rtts.sort();
+        self.round_floors.push(percentile(&rtts, 0.5));
+        self.rtts.extend(rtts);
+        udp.uncontended(&mut self.conclave_udp.lock, &mut self.conclave_udp.pair)
+            .await?;
+        tcp.uncontended(&mut self.conclave_tcp.lock, &mut self.conclave_tcp.pair)
+            .await?;
+        redis.uncontended(&mut self.redis_at_once.lock, &mut self.redis_at_once.pair)?;
+        self.conclave_udp.contended.push(udp.contenders.run()?);
+        self.conclave_tcp.contended.push(tcp.contenders.run()?);
+        self.redis_at_once.contended.push(redis.at_once.run()?);
+        self.redis_back_off.contended.push(redis.back_off.run()?);
+        Ok(())
+    }
+
+    /// Prints the regime's floor, table and summary, and writes its charts.
+    fn report(&mut self) -> Result<(), Error> {
+        self.rtts.sort();
+        let floor_p50 = percentile(&self.rtts, 0.5);
+        let rounds: Vec<String> = self
+            .round_floors
+            .iter()
+            .map(|f| format!("{:.1}", micros(*f)))
+            .collect();
+        let name = self.regime.name();
+        println!();
+        println!("## {name}");
+        println!(
+            "floor: raw UDP ping-pong between two processes, p50 {:.1} µs (1/RTT ≈ {:.0}/s), regime {}; per round p50 (µs): {}",
+            micros(floor_p50),
+            1.0 / floor_p50.as_secs_f64(),
+            FloorKind::of(floor_p50),
+            rounds.join(" ")
+        );
+        println!();
+        println!("| system | uncontended lock p50 | lock + unlock (awaited) p50 | contended, 4 processes: handoffs/s, median (each round) | ÷ (1/RTT) | CPU per handoff, all processes |");
+        println!("|---|---|---|---|---|---|");
+        self.conclave_udp.row("Conclave over UDP", floor_p50);
+        self.conclave_tcp.row("Conclave over TCP", floor_p50);
+        self.redis_at_once
+            .row("Redis, takers ask again at once", floor_p50);
+        // The backing-off takers share the uncontended figures of the same server.
+        self.redis_back_off
+            .lock
+            .clone_from(&self.redis_at_once.lock);
+        self.redis_back_off
+            .pair
+            .clone_from(&self.redis_at_once.pair);
+        self.redis_back_off
+            .row("Redis, takers pause 100 µs", floor_p50);
+        self.charts()?;
+        let redis = self.redis_at_once.median_rate();
+        println!();
+        println!(
+            "{name}: contended handoffs/s, Conclave over UDP ÷ Redis (at once): {:.2}",
+            self.conclave_udp.median_rate() / redis
+        );
+        println!(
+            "{name}: contended handoffs/s, Conclave over TCP ÷ Redis (at once): {:.2}",
+            self.conclave_tcp.median_rate() / redis
+        );
+        Ok(())
+    }
+
+    /// The regime's latency and handoff charts.
+    fn charts(&self) -> Result<(), Error> {
+        let systems = [
+            ("Conclave over UDP", &self.conclave_udp),
+            ("Conclave over TCP", &self.conclave_tcp),
+            ("Redis, takers ask again at once", &self.redis_at_once),
+            ("Redis, takers pause 100 µs", &self.redis_back_off),
+        ];
+        let (name, suffix) = (self.regime.name(), self.regime.chart_suffix());
+        let pairs: Vec<(&str, &[Duration])> = systems[..3]
+            .iter()
+            .map(|(system, f)| (*system, f.pair.as_slice()))
+            .collect();
+        chart::write(
+            &format!("bench-redis-latency{suffix}.svg"),
+            &chart::latency(
+                &format!("uncontended lock + unlock (awaited), loopback, {name}: min to p99, marks at p50 and p90"),
+                &pairs,
+            ),
+        )?;
+        let rates: Vec<(&str, f64)> = systems
+            .iter()
+            .map(|(system, f)| (*system, f.median_rate()))
+            .collect();
+        chart::write(
+            &format!("bench-redis-handoffs{suffix}.svg"),
+            &chart::rates(
+                &format!(
+                    "contended handoffs per second, 4 processes, {name} (median of the rounds)"
+                ),
+                "/s",
+                &rates,
+            ),
+        )?;
+        Ok(())
+    }
+}
+
 /// The `redis` mode.
 pub(crate) async fn run() -> Result<(), Error> {
+    let regimes = Regime::from_env()?;
+    let names: Vec<&str> = regimes.iter().map(|r| r.name()).collect();
     println!(
-        "conclave bench, redis mode: Conclave (UDP and TCP) beside Redis on loopback, {ROUNDS} alternating rounds"
+        "conclave bench, redis mode: Conclave (UDP and TCP) beside Redis on loopback, {ROUNDS} alternating rounds, each in every regime ({})",
+        names.join(", ")
     );
     let mut redis = RedisSide::start()?;
     let version = Command::new("redis-server").arg("--version").output()?;
@@ -471,80 +622,23 @@ pub(crate) async fn run() -> Result<(), Error> {
     let mut pong = Proc::spawn(&["pong", "UDP"])?;
     let mut floor = Floor::connect(Mode::Udp, &mut pong)?;
 
-    let mut rtts = Vec::new();
-    let [mut conclave_udp, mut conclave_tcp, mut redis_at_once, mut redis_back_off] =
-        std::array::from_fn::<Figures, 4, _>(|_| Figures::default());
-    for _ in 0..ROUNDS {
-        for _ in 0..SAMPLES {
-            rtts.push(floor.round_trip()?);
+    let mut figures: Vec<RegimeFigures> = regimes.into_iter().map(RegimeFigures::new).collect();
+    for round in 1..=ROUNDS {
+        for regime in &mut figures {
+            regime
+                .round(&mut floor, &mut udp, &mut tcp, &mut redis)
+                .await?;
         }
-        udp.uncontended(&mut conclave_udp.lock, &mut conclave_udp.pair)
-            .await?;
-        tcp.uncontended(&mut conclave_tcp.lock, &mut conclave_tcp.pair)
-            .await?;
-        redis.uncontended(&mut redis_at_once.lock, &mut redis_at_once.pair)?;
-        conclave_udp.contended.push(udp.contenders.run()?);
-        conclave_tcp.contended.push(tcp.contenders.run()?);
-        redis_at_once.contended.push(redis.at_once.run()?);
-        redis_back_off.contended.push(redis.back_off.run()?);
+        println!("round {round} done, {}", load());
     }
-    rtts.sort();
-    let floor_p50 = percentile(&rtts, 0.5);
     for cluster in [udp, tcp] {
         cluster.contenders.stop();
         cluster.node.leave().await;
     }
 
     println!("{}", version.trim());
-    println!(
-        "floor: raw UDP ping-pong between two processes, p50 {:.1} µs (1/RTT ≈ {:.0}/s)",
-        micros(floor_p50),
-        1.0 / floor_p50.as_secs_f64()
-    );
-    println!();
-    println!("| system | uncontended lock p50 | lock + unlock (awaited) p50 | contended, 4 processes: handoffs/s, median (each round) | ÷ (1/RTT) | CPU per handoff, all processes |");
-    println!("|---|---|---|---|---|---|");
-    conclave_udp.row("Conclave over UDP", floor_p50);
-    conclave_tcp.row("Conclave over TCP", floor_p50);
-    redis_at_once.row("Redis, takers ask again at once", floor_p50);
-    // The backing-off takers share the uncontended figures of the same server.
-    redis_back_off.lock.clone_from(&redis_at_once.lock);
-    redis_back_off.pair.clone_from(&redis_at_once.pair);
-    redis_back_off.row("Redis, takers pause 100 µs", floor_p50);
-    let systems = [
-        ("Conclave over UDP", &conclave_udp),
-        ("Conclave over TCP", &conclave_tcp),
-        ("Redis, takers ask again at once", &redis_at_once),
-        ("Redis, takers pause 100 µs", &redis_back_off),
-    ];
-    let pairs: Vec<(&str, &[Duration])> = systems[..3]
-        .iter()
-        .map(|(name, f)| (*name, f.pair.as_slice()))
-        .collect();
-    chart::write(
-        "bench-redis-latency.svg",
-        &chart::latency(
-            "uncontended lock + unlock (awaited), loopback: min to p99, marks at p50 and p90",
-            &pairs,
-        ),
-    )?;
-    let rates: Vec<(&str, f64)> = systems
-        .iter()
-        .map(|(name, f)| (*name, f.median_rate()))
-        .collect();
-    chart::write(
-        "bench-redis-handoffs.svg",
-        &chart::rates(
-            "contended handoffs per second, 4 processes (median of the rounds)",
-            "/s",
-            &rates,
-        ),
-    )?;
-    println!();
-    println!(
-        "contended handoffs/s, Conclave over UDP ÷ Redis (at once): {:.2}; Conclave over TCP ÷ Redis (at once): {:.2}",
-        conclave_udp.median_rate() / redis_at_once.median_rate(),
-        conclave_tcp.median_rate() / redis_at_once.median_rate()
-    );
+    for regime in &mut figures {
+        regime.report()?;
+    }
     Ok(())
 }

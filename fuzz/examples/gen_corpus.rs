@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use conclave_fuzz::script::{self, Reader, Step, Writer};
 use conclave_fuzz::{wire_round_trip, CLUSTER};
 use conclave_lock_api::wire::{
-    self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, ReportedHold, LeaseBeat,
-    LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe, Segment,
-    SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
+    self, Ack, ClusterId, Discovery, Frame, GmsMessage, GrantView, LeaseBeat, LockMessage, Message,
+    Packet, Payload, PendingRelease, PendingRequest, Probe, ReportedHold, Segment, SharedSetting,
+    StreamAck, TableHolder, TableLock, TableWaiter,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use conclave_tcp::fuzzing;
@@ -167,6 +167,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 owner: owner(1, 1),
                 token,
                 lazy: false,
+                passed_to: None,
             }),
         ),
         (
@@ -570,6 +571,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     owner: owner(1, 1),
                     token: FencingToken::new(2, 1),
                     lazy: true,
+                    passed_to: None,
                 }),
                 Some(StreamAck {
                     stream: 1,

@@ -22,9 +22,9 @@
 use std::net::SocketAddr;
 
 use conclave_lock_api::wire::{
-    self, Ack, Discovery, Frame, GmsMessage, GrantView, ReportedHold, LeaseBeat, LockMessage, Message,
-    Packet, Payload, PendingRelease, PendingRequest, Probe, Segment, SharedSetting, StreamAck,
-    TableHolder, TableLock, TableWaiter,
+    self, Ack, Discovery, Frame, GmsMessage, GrantView, LeaseBeat, LockMessage, Message, Packet,
+    Payload, PendingRelease, PendingRequest, Probe, ReportedHold, Segment, SharedSetting,
+    StreamAck, TableHolder, TableLock, TableWaiter,
 };
 use conclave_lock_api::{
     FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, ServiceName, View,
@@ -409,6 +409,7 @@ impl<'a> Reader<'a> {
                 owner: self.owner(),
                 token: self.token(),
                 lazy: self.flag(),
+                passed_to: None,
             },
             10 => LockMessage::Granted {
                 request: self.request(),
@@ -893,6 +894,7 @@ impl Writer {
                 owner,
                 token,
                 lazy,
+                ..
             } => {
                 self.u8(9);
                 self.request(request);
@@ -1066,6 +1068,16 @@ impl Writer {
                 self.name(name);
                 self.owner(owner);
                 self.token(token);
+            }
+            // The one-hop handoff's messages are not scripted yet: written as an
+            // UNLOCK-ACK of the same request (a script never holds them).
+            LockMessage::Designate { request, .. } => {
+                self.u8(13);
+                self.request(request);
+            }
+            LockMessage::Passed { grant, .. } => {
+                self.u8(13);
+                self.request(&grant.request);
             }
         }
     }

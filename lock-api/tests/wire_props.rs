@@ -552,7 +552,8 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 name,
                 owner,
                 token,
-                lazy
+                lazy,
+                passed_to: lazy.then_some(request),
             }),
         (
             arb_request_id(),
@@ -679,6 +680,8 @@ fn message_kind(message: &Message) -> &'static str {
         Message::Lock(LockMessage::Transferred { .. }) => "Transferred",
         Message::Lock(LockMessage::NotGrantor { .. }) => "NotGrantor",
         Message::Lock(LockMessage::Table { .. }) => "Table",
+        Message::Lock(LockMessage::Designate { .. }) => "Designate",
+        Message::Lock(LockMessage::Passed { .. }) => "Passed",
         Message::Service { .. } => "Service",
     }
 }
@@ -1898,6 +1901,7 @@ fn unlock_message_and_its_lazy_flag() {
             owner: pinned_owner(),
             token: FencingToken::new(2, 5),
             lazy,
+            passed_to: None,
         })
     };
     let (eager, lazy) = flag_on_the_wire(unlock, "lazy");

@@ -4,7 +4,7 @@
 # and restart, SIGSTOP/SIGCONT, packet loss and partitions with nftables, in-process delay and
 # reordering, garbage bytes), then a quiet phase and a checker that reads only the logs.
 #
-#   scripts/nemesis.sh --seconds N [--policy available|majority|raft] [--transport udp|tcp] [--key]
+#   scripts/nemesis.sh --seconds N [--policy available|majority|raft] [--transport udp|tcp] [--key] [--handoff]
 #                      [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken]
 #                      [--spare-coordinator]
 #
@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
         --policy) policy="$2"; shift 2 ;;
         --transport) transport="$2"; shift 2 ;;
         --seed) seed="$2"; shift 2 ;;
-        --key|--broken|--spare-coordinator) rest+=("$1"); shift ;;
+        --key|--broken|--spare-coordinator|--handoff) rest+=("$1"); shift ;;
         --out) out="$2"; shift 2 ;;
         --suspect-ms|--hold-ms) rest+=("$1" "$2"); shift 2 ;;
         *) echo "nemesis.sh: unknown argument $1" >&2; exit 2 ;;

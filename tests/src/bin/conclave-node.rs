@@ -16,7 +16,8 @@
 //! instead, over the TCP mesh: the names are the members', in the order of the seed addresses
 //! (every member's address, its own included), its session timeout the `--suspect-ms`, its log
 //! in `--data-dir` (required). `--majority N` selects the `Majority { cluster_size: N }`
-//! partition policy; `--data-dir DIR` the member's data directory (where it keeps the grantor
+//! partition policy (`--handoff` turns the one-hop handoff on); `--data-dir DIR` the member's
+//! data directory (where it keeps the grantor
 //! term it promised, so fencing tokens never go back across restarts); `--key-file FILE` the
 //! cluster key (64 hex digits) that seals its traffic; `--suspect-ms MS` the failure detector's
 //! suspect timeout, in milliseconds, instead of the one-host timings'; `--founding` when the
@@ -179,6 +180,8 @@ struct Args {
     name: String,
     backend: Backend,
     majority: Option<usize>,
+    /// `--handoff`: the one-hop handoff on (`LockConfig::one_hop_handoff`).
+    handoff: bool,
     data_dir: Option<PathBuf>,
     key_file: Option<PathBuf>,
     suspect: Option<Duration>,
@@ -198,6 +201,7 @@ impl Args {
     fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
         let mut positional = Vec::new();
         let mut majority = None;
+        let mut handoff = false;
         let mut data_dir = None;
         let mut key_file = None;
         let mut suspect = None;
@@ -237,6 +241,8 @@ impl Args {
                 data_dir = Some(PathBuf::from(
                     args.next().ok_or("--data-dir needs a directory")?,
                 ));
+            } else if arg == "--handoff" {
+                handoff = true;
             } else if arg == "--majority" {
                 let n = args.next().ok_or("--majority needs a cluster size")?;
                 let n: usize = n.parse().map_err(|e| format!("--majority {n}: {e}"))?;
@@ -294,6 +300,7 @@ impl Args {
             name,
             backend,
             majority,
+            handoff,
             data_dir,
             key_file,
             suspect,
@@ -385,6 +392,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(suspect) = args.suspect {
         config.gms.suspect_timeout = suspect;
     }
+    config.locks.one_hop_handoff = args.handoff;
     let mut builder = builder
         .name(args.name)
         .config(config)

@@ -51,6 +51,8 @@ pub struct Plan {
     pub timeout_ms: u64,
     /// Runs the deliberately broken client.
     pub broken: bool,
+    /// The one-hop handoff on in every member.
+    pub handoff: bool,
     /// How many members.
     pub size: usize,
 }
@@ -138,6 +140,9 @@ impl Member {
         }
         if plan.broken {
             cmd.env("CONCLAVE_NEMESIS_BROKEN", "ignore-lost");
+        }
+        if plan.handoff {
+            cmd.arg("--handoff");
         }
         let err = OpenOptions::new()
             .create(true)

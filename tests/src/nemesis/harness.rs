@@ -21,7 +21,7 @@ const MAX_DOWN: usize = 2;
 
 const USAGE: &str = "usage: conclave-nemesis --seconds N [--policy available|majority|raft] \
 [--transport udp|tcp] [--key] [--seed S] [--out DIR] [--suspect-ms MS] [--hold-ms MS] [--broken] \
-[--spare-coordinator]
+[--spare-coordinator] [--handoff]
        conclave-nemesis --check DIR [--policy available|majority] [--suspect-ms MS]";
 
 /// The command line.
@@ -41,6 +41,8 @@ struct Options {
     /// Kills, pauses and partitions never take the coordinator away from a majority (loss,
     /// delay and garbage still reach everyone): what membership changes alone cost.
     spare_coordinator: bool,
+    /// The one-hop handoff on (`LockConfig::one_hop_handoff`; it acts under `Majority`).
+    handoff: bool,
     inside: bool,
     /// Only check the run folder `--out` again (with `--policy` and `--suspect-ms` as run).
     check: bool,
@@ -60,6 +62,7 @@ impl Options {
             hold_ms: 20,
             broken: false,
             spare_coordinator: false,
+            handoff: false,
             inside: false,
             check: false,
         };
@@ -76,6 +79,7 @@ impl Options {
                 "--key" => o.key = true,
                 "--broken" => o.broken = true,
                 "--spare-coordinator" => o.spare_coordinator = true,
+                "--handoff" => o.handoff = true,
                 "--inside" => o.inside = true,
                 "--check" => {
                     o.check = true;
@@ -121,7 +125,7 @@ impl Options {
     /// The arguments that rerun this run (without `--out` and `--inside`).
     fn rerun(&self) -> String {
         format!(
-            "scripts/nemesis.sh --seconds {} --policy {} --transport {}{} --seed {}{}{}{}{}",
+            "scripts/nemesis.sh --seconds {} --policy {} --transport {}{} --seed {}{}{}{}{}{}",
             self.seconds,
             self.policy(),
             self.transport,
@@ -143,6 +147,7 @@ impl Options {
             } else {
                 ""
             },
+            if self.handoff { " --handoff" } else { "" },
         )
     }
 
@@ -175,6 +180,9 @@ impl Options {
         }
         if self.spare_coordinator {
             v.push("--spare-coordinator".to_owned());
+        }
+        if self.handoff {
+            v.push("--handoff".to_owned());
         }
         v
     }
@@ -640,6 +648,7 @@ fn inside(options: &Options) -> Result<ExitCode, String> {
         hold_ms: options.hold_ms,
         timeout_ms: options.suspect_ms * 5,
         broken: options.broken,
+        handoff: options.handoff,
         size: 5,
     };
     let (out, rx) = channel();

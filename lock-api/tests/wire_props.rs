@@ -553,7 +553,7 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                 owner,
                 token,
                 lazy,
-                passed_to: lazy.then_some(request),
+                passed_to: lazy.then_some((request, token)),
             }),
         (
             arb_request_id(),

@@ -485,11 +485,12 @@ pub enum LockMessage {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         lazy: bool,
         /// The holder passed the lock straight on to its designated successor (one-hop
-        /// handoff, [`LockMessage::Passed`]): the request the grantor named in its
-        /// [`LockMessage::Designate`]. The grantor completes the handoff if that designation
-        /// still stands; otherwise it takes this as a plain release. Absent: a plain release.
+        /// handoff, [`LockMessage::Passed`]): the successor's request and the token of the
+        /// grant passed, as the grantor's [`LockMessage::Designate`] named them. The grantor
+        /// completes the handoff if that very designation still stands; otherwise it takes
+        /// this as a plain release. Absent: a plain release.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        passed_to: Option<RequestId>,
+        passed_to: Option<(RequestId, FencingToken)>,
     },
     /// Grantor → holder (one-hop handoff): when you release `request`, pass the lock straight
     /// to `next` (a grant the grantor has already made, to take effect at your release), and

@@ -85,7 +85,7 @@ struct Release {
     lazy: bool,
     /// The successor this release passed the lock to (one-hop handoff), named again in every
     /// resend of the release.
-    passed_to: Option<RequestId>,
+    passed_to: Option<(RequestId, FencingToken)>,
 }
 
 /// The client state of one member.
@@ -487,8 +487,13 @@ impl Client {
     /// Sends the grant designated for `held`'s successor to it, if the designation is of this
     /// member's grantor and the hold is good at `now` (its lease has not run out here: a
     /// grantor that expired it has granted the successor itself). Returns the successor's
-    /// request.
-    fn pass_on(&self, now: Instant, held: &Held, out: &mut Outbox) -> Option<RequestId> {
+    /// request and the token passed.
+    fn pass_on(
+        &self,
+        now: Instant,
+        held: &Held,
+        out: &mut Outbox,
+    ) -> Option<(RequestId, FencingToken)> {
         let (grantor, successor) = held.successor.as_ref()?;
         let current = self.grantor.as_ref() == Some(grantor) && held.granted_by == *grantor;
         let leased = self
@@ -506,7 +511,7 @@ impl Client {
                 grant: successor.clone(),
             },
         ));
-        Some(successor.request)
+        Some((successor.request, successor.token))
     }
 
     /// DESIGNATE from our grantor: the successor of a hold (or none any more).

@@ -69,21 +69,26 @@ impl Grantor {
         ));
     }
 
-    /// The release of `from`'s `request` (with `token`) passed `name` on to `passed_to`:
-    /// completes the handoff if that designation stands and the release is of the hold it
-    /// follows. Returns whether it did.
+    /// The release of `from`'s `request` (with `token`) passed `name` on to `passed_to` (the
+    /// successor's request and the token of the grant passed): completes the handoff if that
+    /// very designation stands (a designation of an earlier table, say before a
+    /// reconciliation, names another token) and the release is of the hold it follows.
+    /// Returns whether it did.
     pub(super) fn complete_pass(
         &mut self,
         ctx: &Ctx<'_>,
         name: &LockName,
         (from, request, token): (&MemberId, RequestId, FencingToken),
-        passed_to: RequestId,
+        (passed_to, passed_token): (RequestId, FencingToken),
         out: &mut Outbox,
     ) -> bool {
         let Some(d) = self.table.successor(name) else {
             return false;
         };
-        let follows = d.after.0 == *from && d.after.1 == request && d.waiter.request == passed_to;
+        let follows = d.after.0 == *from
+            && d.after.1 == request
+            && d.waiter.request == passed_to
+            && d.token == passed_token;
         let released = self
             .table
             .holder(name, from, request)

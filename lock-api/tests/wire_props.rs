@@ -20,7 +20,7 @@ use conclave_lock_api::wire::{
     LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
     ReportedHold, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
     BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
-    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    PACKET_OVERHEAD_MAX, WireVersion,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -781,7 +781,7 @@ proptest! {
         let bytes = wire::encode_packet(cluster, &packet)
             .map_err(|e| TestCaseError::fail(format!("encode failed: {e}")))?;
         prop_assert_eq!(&bytes[..4], &MAGIC[..]);
-        prop_assert_eq!(bytes[4], PROTOCOL_VERSION);
+        prop_assert_eq!(bytes[4], WireVersion::V3.byte());
         prop_assert_eq!(&bytes[5..HEADER_LEN], &cluster.0.to_be_bytes()[..]);
         prop_assert_eq!(wire::decode_packet(cluster, &bytes), Ok(packet.clone()));
         // The encoding is a function of the value: re-encoding gives the same bytes.
@@ -909,7 +909,7 @@ proptest! {
     #[test]
     fn other_versions_are_rejected(
         cluster in arb_cluster(),
-        version in any::<u8>().prop_filter("other version", |v| *v != PROTOCOL_VERSION),
+        version in any::<u8>().prop_filter("other version", |v| WireVersion::from_byte(*v).is_none()),
         packet in arb_packet(),
         other_cluster in any::<u64>(),
     ) {
@@ -1641,7 +1641,8 @@ fn golden_ping_packet() {
     let bytes = encode(cluster, &ping_packet());
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");
     assert_eq!(
-        PROTOCOL_VERSION, 3,
+        WireVersion::V3.byte(),
+        3,
         "update the golden bytes with the version"
     );
     assert_eq!(wire::decode_packet(cluster, &bytes), Ok(ping_packet()));

@@ -26,15 +26,20 @@
 //! ```
 
 mod codec;
+mod compact;
 mod envelope;
 mod message;
 mod payload;
 
 pub use codec::{
-    decode_message, decode_packet, encode_message, encode_packet, DecodeError, EncodeError,
+    decode_datagram, decode_message, decode_packet, encode_message, encode_message_as,
+    encode_packet, encode_packet_as, Datagram, DecodeError, EncodeError,
     BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
 };
-pub use envelope::{ClusterId, DatagramKind, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+pub use envelope::{
+    ClusterId, DatagramKind, Header, WireVersion, HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+};
 #[allow(deprecated)]
 pub use message::HeldLock;
 pub use message::{

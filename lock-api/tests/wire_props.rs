@@ -19,8 +19,8 @@ use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, GrantView,
     LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
     ReportedHold, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
-    BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
-    PACKET_OVERHEAD_MAX, WireVersion,
+    WireVersion, BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
+    PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -1186,7 +1186,8 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 
 fn encode_v4(cluster: ClusterId, packet: &Packet) -> Vec<u8> {
-    wire::encode_packet_as(cluster, packet, WireVersion::V4).expect("packets of the strategies encode")
+    wire::encode_packet_as(cluster, packet, WireVersion::V4)
+        .expect("packets of the strategies encode")
 }
 
 fn encode_message_v4(message: &Message) -> Vec<u8> {

@@ -150,7 +150,10 @@ fn datagrams(version: WireVersion) -> Vec<(&'static str, Vec<u8>)> {
     let (client, grantor) = (member(2), member(1));
     let packets = [
         ("Lock", data(client.clone(), &grantor, &lock(), version)),
-        ("Granted", data(grantor.clone(), &client, &granted(), version)),
+        (
+            "Granted",
+            data(grantor.clone(), &client, &granted(), version),
+        ),
         ("Unlock", data(client.clone(), &grantor, &unlock(), version)),
         (
             "UnlockAck",
@@ -258,8 +261,7 @@ fn golden_v4_messages() {
         request: RequestId(42),
         name: name(),
         owner: OwnerId {
-            member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800)))
-                .expect("valid"),
+            member: MemberId::new(1, "n", SocketAddr::from(([192, 0, 2, 1], 7800))).expect("valid"),
             local: 3,
         },
         mode: LockMode::Exclusive,
@@ -275,29 +277,32 @@ fn golden_v4_messages() {
         (
             granted,
             concat!(
-                "04",                         // version 4
-                "8201",                       // [1 (Lock),
-                "8206",                       // [6 (Granted),
-                "a4",                         // { 4 fields
-                "00182a",                     // 0: request 42
-                "01686f72646572732f37",       // 1: name "orders/7"
-                "021b0000000300000001",       // 2: token
-                "0309",                       // 3: stamp 9 }]]
+                "04",                   // version 4
+                "8201",                 // [1 (Lock),
+                "8206",                 // [6 (Granted),
+                "a4",                   // { 4 fields
+                "00182a",               // 0: request 42
+                "01686f72646572732f37", // 1: name "orders/7"
+                "021b0000000300000001", // 2: token
+                "0309",                 // 3: stamp 9 }]]
             ),
         ),
         (
             lock,
             concat!(
-                "04", "8201", "8200", "a6",   // Lock { 6 fields
-                "00182a",                     // 0: request
-                "01686f72646572732f37",       // 1: name
-                "02a2",                       // 2: owner {
-                "00a3000101616e02820082",     //   0: member { 0: 1, 1: "n", 2: [0, [
-                "8418c0000201191e78",         //     [192, 0, 2, 1], 7800]] }
-                "0103",                       //   1: local 3 }
-                "0300",                       // 3: mode 0 (Exclusive)
-                "04f5",                       // 4: wait true
-                "0509",                       // 5: stamp 9 }
+                "04",
+                "8201",
+                "8200",
+                "a6",                     // Lock { 6 fields
+                "00182a",                 // 0: request
+                "01686f72646572732f37",   // 1: name
+                "02a2",                   // 2: owner {
+                "00a3000101616e02820082", //   0: member { 0: 1, 1: "n", 2: [0, [
+                "8418c0000201191e78",     //     [192, 0, 2, 1], 7800]] }
+                "0103",                   //   1: local 3 }
+                "0300",                   // 3: mode 0 (Exclusive)
+                "04f5",                   // 4: wait true
+                "0509",                   // 5: stamp 9 }
             ),
         ),
         (unlock_ack, "048201820aa100182a"),
@@ -340,12 +345,18 @@ fn version_three_members_read_what_a_version_four_build_sends_them() {
             (packet.clone(), WireVersion::V3, WireVersion::V4)
         );
         let heard = wire::decode_datagram(cluster, &plain).expect("decodes");
-        assert_eq!((heard.version, heard.common), (WireVersion::V3, WireVersion::V3));
+        assert_eq!(
+            (heard.version, heard.common),
+            (WireVersion::V3, WireVersion::V3)
+        );
         // A version-4 datagram is refused by the old decoder: it is never sent to one.
         let new = wire::encode_packet_as(cluster, &packet, WireVersion::V4).expect("encodes");
         assert!(old_decode(&new).is_err());
         let heard = wire::decode_datagram(cluster, &new).expect("decodes");
-        assert_eq!((heard.version, heard.common), (WireVersion::V4, WireVersion::V4));
+        assert_eq!(
+            (heard.version, heard.common),
+            (WireVersion::V4, WireVersion::V4)
+        );
     }
 }
 
@@ -361,7 +372,10 @@ fn newer_senders_are_understood_as_far_as_this_build_goes() {
     bytes[HEADER_LEN] = 0xa3;
     bytes.extend_from_slice(&[0x66, b's', b'p', b'e', b'a', b'k', b's', 0x09]);
     let heard = wire::decode_datagram(cluster, &bytes).expect("decodes");
-    assert_eq!((heard.version, heard.common), (WireVersion::V3, WireVersion::V4));
+    assert_eq!(
+        (heard.version, heard.common),
+        (WireVersion::V3, WireVersion::V4)
+    );
 
     let mut bytes = wire::encode_packet_as(cluster, &ack(), WireVersion::V4).expect("encodes");
     assert_eq!(bytes[HEADER_LEN], 0xa2);
@@ -370,7 +384,10 @@ fn newer_senders_are_understood_as_far_as_this_build_goes() {
     bytes.extend_from_slice(&[0x02, 0x05, 0x07, 0x82, 0x01, 0xa1, 0x00, 0x61, b'x']);
     let heard = wire::decode_datagram(cluster, &bytes).expect("decodes");
     assert_eq!(heard.packet, ack());
-    assert_eq!((heard.version, heard.common), (WireVersion::V4, WireVersion::V4));
+    assert_eq!(
+        (heard.version, heard.common),
+        (WireVersion::V4, WireVersion::V4)
+    );
 }
 
 /// Messages of either version travel in datagrams of either version (a message is encoded when
@@ -414,9 +431,18 @@ fn hostile_compact_bodies_are_malformed() {
         ("indefinite map", unhex("bf00")),
         ("reserved head", unhex("a200fc")),
         ("a break", unhex("a200ff")),
-        ("deep arrays", [vec![0xa1, 0x07], deep_arrays.clone()].concat()),
-        ("deep variants", [vec![0xa1, 0x01], deep_variants.clone()].concat()),
-        ("bignum of 17 bytes", unhex("a100a100c2510100000000000000000000000000000000")),
+        (
+            "deep arrays",
+            [vec![0xa1, 0x07], deep_arrays.clone()].concat(),
+        ),
+        (
+            "deep variants",
+            [vec![0xa1, 0x01], deep_variants.clone()].concat(),
+        ),
+        (
+            "bignum of 17 bytes",
+            unhex("a100a100c2510100000000000000000000000000000000"),
+        ),
         ("unknown tag", unhex("a100a100c600")),
         ("invalid UTF-8 name", unhex("a100a200010162c328")),
         ("a variant index too high", unhex("a2018218ff00")),

@@ -278,7 +278,11 @@ struct PacketIn {
     speaks: u8,
 }
 
-fn encode_compact<T: Serialize>(value: &T, out: &mut Vec<u8>, max: usize) -> Result<(), EncodeError> {
+fn encode_compact<T: Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+    max: usize,
+) -> Result<(), EncodeError> {
     compact::encode(value, out).map_err(|e| EncodeError::Serialize(e.to_string()))?;
     if out.len() > max {
         return Err(EncodeError::TooLarge {

@@ -34,7 +34,6 @@ impl Serializer<'_> {
         head(self.out, MAJOR_ARRAY, 2);
         self.uint(u64::from(index));
     }
-
 }
 
 /// Opens an array or map whose element count is `len` if known, else counted as it is

@@ -1,7 +1,10 @@
 //! The wire format: what crosses the network, and how it is encoded.
 //!
 //! A datagram is a fixed 13-byte [`Header`] (magic, protocol version, cluster id)
-//! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Frames are either
+//! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Version 3 writes
+//! CBOR with field and variant names, version 4 ([`WireVersion`]) the same values in a compact
+//! form keyed by index; a build reads both and sends each peer the newest it is known to
+//! speak ([`encode_packet_as`], [`decode_datagram`]). Frames are either
 //! unreliable (discovery, heartbeats) or part of the reliable layer (data segments and acks).
 //! A data segment carries a fragment of an encoded [`Message`]: a membership or lock message.
 //!

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 #[cfg(unix)]
 use std::time::Duration;
 
-use conclave_lock_api::wire::DatagramKind;
+use conclave_lock_api::wire::{DatagramKind, WireVersion};
 #[cfg(unix)]
 use conclave_lock_api::{wake::WakePipe, BlockingRecv};
 use conclave_lock_api::{Datagram, DiscoveryOutcome, DiscoveryPlace, DiscoveryReport, Transport};
@@ -84,11 +84,19 @@ struct Heard {
     early: Vec<DatagramKind>,
 }
 
-/// Whether a datagram of kind `theirs` is of our cluster, ours being of kind `ours`.
+/// Whether a datagram of kind `theirs` is of our cluster, ours being of kind `ours`: plain
+/// datagrams of any version this build speaks count (members of two builds during a rolling
+/// upgrade).
 fn same_cluster(ours: DatagramKind, theirs: DatagramKind) -> bool {
     match (ours, theirs) {
-        (DatagramKind::Plain { .. }, DatagramKind::Plain { .. })
-        | (DatagramKind::Sealed { .. }, DatagramKind::Sealed { .. }) => ours == theirs,
+        (
+            DatagramKind::Plain { cluster: a, .. },
+            DatagramKind::Plain {
+                cluster: b,
+                version,
+            },
+        ) => a == b && WireVersion::from_byte(version).is_some(),
+        (DatagramKind::Sealed { .. }, DatagramKind::Sealed { .. }) => ours == theirs,
         _ => false,
     }
 }

@@ -19,8 +19,8 @@ use conclave_lock_api::wire::{
     self, Ack, ClusterId, DecodeError, Discovery, EncodeError, Frame, GmsMessage, GrantView,
     LeaseBeat, LockMessage, Message, Packet, Payload, PendingRelease, PendingRequest, Probe,
     ReportedHold, Segment, SharedSetting, StreamAck, TableHolder, TableLock, TableWaiter,
-    BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
-    PACKET_OVERHEAD_MAX, PROTOCOL_VERSION,
+    WireVersion, BUNDLED_SEGMENT_OVERHEAD_MAX, HEADER_LEN, MAGIC, MAX_MESSAGE_LEN, MAX_PACKET_LEN,
+    PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{FencingToken, LockMode, LockName, MemberId, OwnerId, RequestId, View};
 use proptest::prelude::*;
@@ -784,7 +784,7 @@ proptest! {
         let bytes = wire::encode_packet(cluster, &packet)
             .map_err(|e| TestCaseError::fail(format!("encode failed: {e}")))?;
         prop_assert_eq!(&bytes[..4], &MAGIC[..]);
-        prop_assert_eq!(bytes[4], PROTOCOL_VERSION);
+        prop_assert_eq!(bytes[4], WireVersion::V3.byte());
         prop_assert_eq!(&bytes[5..HEADER_LEN], &cluster.0.to_be_bytes()[..]);
         prop_assert_eq!(wire::decode_packet(cluster, &bytes), Ok(packet.clone()));
         // The encoding is a function of the value: re-encoding gives the same bytes.
@@ -912,7 +912,7 @@ proptest! {
     #[test]
     fn other_versions_are_rejected(
         cluster in arb_cluster(),
-        version in any::<u8>().prop_filter("other version", |v| *v != PROTOCOL_VERSION),
+        version in any::<u8>().prop_filter("other version", |v| WireVersion::from_byte(*v).is_none()),
         packet in arb_packet(),
         other_cluster in any::<u64>(),
     ) {
@@ -1087,7 +1087,7 @@ proptest! {
     #[test]
     fn arbitrary_bodies_never_panic(cluster in arb_cluster(), body in prop::collection::vec(any::<u8>(), 0..4096)) {
         let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
-        wire::Header::write(cluster, &mut bytes);
+        wire::Header::write_version(cluster, WireVersion::V3, &mut bytes);
         bytes.extend_from_slice(&body);
         match wire::decode_packet(cluster, &bytes) {
             Ok(packet) => check_accepted_packet(cluster, &packet)?,
@@ -1185,6 +1185,132 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Version 4, the compact form (its golden encodings and sizes are in `wire_v4.rs`)
+// ---------------------------------------------------------------------------------------------
+
+fn encode_v4(cluster: ClusterId, packet: &Packet) -> Vec<u8> {
+    wire::encode_packet_as(cluster, packet, WireVersion::V4)
+        .expect("packets of the strategies encode")
+}
+
+fn encode_message_v4(message: &Message) -> Vec<u8> {
+    wire::encode_message_as(message, WireVersion::V4).expect("messages of the strategies encode")
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn v4_packets_round_trip(cluster in arb_cluster(), packet in arb_packet()) {
+        let bytes = encode_v4(cluster, &packet);
+        prop_assert_eq!(bytes[4], 4);
+        let heard = wire::decode_datagram(cluster, &bytes)
+            .map_err(|e| TestCaseError::fail(format!("decode failed: {e}")))?;
+        prop_assert_eq!(heard.version, WireVersion::V4);
+        prop_assert_eq!(&heard.packet, &packet);
+        prop_assert_eq!(encode_v4(cluster, &packet), bytes.clone());
+        // Never larger than version 3.
+        prop_assert!(bytes.len() <= encode(cluster, &packet).len());
+        // What this build sends a member of version 3 reads as before, and names version 4.
+        let old = wire::encode_packet_as(cluster, &packet, WireVersion::V3)
+            .map_err(|e| TestCaseError::fail(format!("encode failed: {e}")))?;
+        let earlier: Packet = ciborium::from_reader(&old[HEADER_LEN..])
+            .map_err(|e| TestCaseError::fail(format!("the earlier codec refused: {e}")))?;
+        prop_assert_eq!(&earlier, &packet);
+        let heard = wire::decode_datagram(cluster, &old)
+            .map_err(|e| TestCaseError::fail(format!("decode failed: {e}")))?;
+        prop_assert_eq!((heard.version, heard.common), (WireVersion::V3, WireVersion::V4));
+        prop_assert_eq!(heard.packet, packet);
+    }
+
+    #[test]
+    fn v4_messages_round_trip(message in arb_message()) {
+        let bytes = encode_message_v4(&message);
+        prop_assert_eq!(bytes[0], 4);
+        prop_assert_eq!(wire::decode_message(&bytes), Ok(message.clone()));
+        prop_assert_eq!(encode_message_v4(&message), bytes.clone());
+        prop_assert!(bytes.len() <= wire::encode_message(&message).map(|b| b.len()).unwrap_or(0));
+    }
+
+    #[test]
+    fn v4_data_packets_respect_the_overhead_bound(
+        cluster in arb_cluster(),
+        sender in arb_member_id(),
+        segments in prop::collection::vec(arb_segment(), 1..8),
+    ) {
+        let n: usize = segments.iter().map(|s| s.payload.0.len()).sum();
+        let bound = n + PACKET_OVERHEAD_MAX + (segments.len() - 1) * BUNDLED_SEGMENT_OVERHEAD_MAX;
+        for version in [WireVersion::V3, WireVersion::V4] {
+            let packet = Packet { sender: sender.clone(), frame: Frame::Bundle(segments.clone()) };
+            let bytes = wire::encode_packet_as(cluster, &packet, version)
+                .map_err(|e| TestCaseError::fail(format!("encode failed: {e}")))?;
+            prop_assert!(bytes.len() <= bound, "{version:?}: {} > {bound}", bytes.len());
+        }
+    }
+
+    #[test]
+    fn v4_truncations_and_trailing_bytes_are_malformed(
+        cluster in arb_cluster(),
+        packet in arb_packet(),
+        message in arb_message(),
+        cut in any::<Index>(),
+        extra in prop::collection::vec(any::<u8>(), 1..64),
+    ) {
+        let bytes = encode_v4(cluster, &packet);
+        let at = HEADER_LEN + cut.index(bytes.len() - HEADER_LEN);
+        prop_assert!(is_malformed(&wire::decode_packet(cluster, &bytes[..at])));
+        let longer = [bytes, extra.clone()].concat();
+        prop_assert!(is_malformed(&wire::decode_packet(cluster, &longer)));
+        let bytes = encode_message_v4(&message);
+        let at = 1 + cut.index(bytes.len() - 1);
+        prop_assert!(is_malformed(&wire::decode_message(&bytes[..at])));
+        let longer = [bytes, extra].concat();
+        prop_assert!(is_malformed(&wire::decode_message(&longer)));
+    }
+
+    /// Random bodies behind a valid version-4 header, so the compact decoder is reached.
+    #[test]
+    fn arbitrary_v4_bodies_never_panic(cluster in arb_cluster(), body in prop::collection::vec(any::<u8>(), 0..4096)) {
+        let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
+        wire::Header::write_version(cluster, WireVersion::V4, &mut bytes);
+        bytes.extend_from_slice(&body);
+        match wire::decode_packet(cluster, &bytes) {
+            Ok(packet) => check_accepted_packet(cluster, &packet)?,
+            Err(e) => prop_assert!(matches!(e, DecodeError::Malformed(_)), "{e:?}"),
+        }
+    }
+
+    #[test]
+    fn mutated_v4_packets_and_messages_never_panic(
+        cluster in arb_cluster(),
+        packet in arb_packet(),
+        message in arb_message(),
+        edits in prop::collection::vec((any::<Index>(), any::<u8>(), 0..3u8), 1..4),
+    ) {
+        let mut bytes = encode_v4(cluster, &packet);
+        let mut body = encode_message_v4(&message);
+        for (at, byte, how) in &edits {
+            for (bytes, from) in [(&mut bytes, HEADER_LEN), (&mut body, 1)] {
+                let at = from + at.index(bytes.len() - from);
+                match how {
+                    0 => bytes[at] ^= byte | 1,
+                    1 => bytes.insert(at, *byte),
+                    _ => {
+                        bytes.remove(at);
+                    }
+                }
+            }
+        }
+        if let Ok(decoded) = wire::decode_packet(cluster, &bytes) {
+            check_accepted_packet(cluster, &decoded)?;
+        }
+        if let Ok(decoded) = wire::decode_message(&body) {
+            check_accepted_message(&decoded)?;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Hostile CBOR: huge declared lengths and deep nesting
 // ---------------------------------------------------------------------------------------------
 
@@ -1213,7 +1339,7 @@ fn cbor<T: serde::Serialize>(value: &T) -> Vec<u8> {
 
 fn with_cluster_header(cluster: ClusterId, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    wire::Header::write(cluster, &mut out);
+    wire::Header::write_version(cluster, WireVersion::V3, &mut out);
     out.extend_from_slice(body);
     out
 }
@@ -1644,7 +1770,8 @@ fn golden_ping_packet() {
     let bytes = encode(cluster, &ping_packet());
     assert_eq!(hex(&bytes), GOLDEN, "the wire format changed");
     assert_eq!(
-        PROTOCOL_VERSION, 3,
+        WireVersion::V3.byte(),
+        3,
         "update the golden bytes with the version"
     );
     assert_eq!(wire::decode_packet(cluster, &bytes), Ok(ping_packet()));

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use conclave_lock_api::wire::{
-    self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, SharedSetting,
+    self, ClusterId, DecodeError, Frame, LockMessage, Message, Packet, SharedSetting, WireVersion,
     PACKET_OVERHEAD_MAX,
 };
 use conclave_lock_api::{MemberId, RequestId, ServiceName, View};
@@ -24,6 +24,7 @@ use crate::time::Instant;
 
 mod services;
 mod types;
+mod versions;
 
 pub use types::{
     shared_settings, Destination, EndpointConfig, EndpointEvent, EndpointStats,
@@ -120,6 +121,8 @@ pub struct Endpoint {
     /// come back (a graceful leaver's last acks, a partitioned member's retransmissions).
     departed: BTreeMap<MemberId, Instant>,
     gms_previous_view: Option<View>,
+    /// The wire version to send each peer in.
+    versions: versions::PeerVersions,
 }
 
 impl Endpoint {
@@ -153,6 +156,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             departed: BTreeMap::new(),
             gms_previous_view: None,
+            versions: versions::PeerVersions::new(config.wire),
         }
     }
 
@@ -440,14 +444,15 @@ impl Endpoint {
     /// Handles one received datagram. Foreign, malformed or hostile input is dropped with a
     /// `tracing` event and counted; it never panics.
     pub fn handle_datagram(&mut self, now: Instant, bytes: &[u8]) {
-        let packet = match wire::decode_packet(self.cluster, bytes) {
-            Ok(packet) => packet,
+        let datagram = match wire::decode_datagram(self.cluster, bytes) {
+            Ok(datagram) => datagram,
             Err(error) => return self.count_drop(&error),
         };
-        let Packet { sender, frame } = packet;
+        let Packet { sender, frame } = datagram.packet;
         if sender == self.local {
             return; // our own multicast, looped back
         }
+        self.versions.heard(&sender, datagram.common);
         match frame {
             Frame::Discovery(discovery) => self.gms.handle_discovery(now, &sender, discovery),
             Frame::Heartbeat {
@@ -499,6 +504,7 @@ impl Endpoint {
             .collect();
         for member in gone {
             self.departed.remove(&member);
+            self.versions.forget(&member);
             self.reliable.remove_peer(&member);
         }
         self.pump(now);
@@ -520,7 +526,8 @@ impl Endpoint {
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         if self.transmits.is_empty() {
             while let Some((to, frame)) = self.reliable.poll_transmit() {
-                self.transmit(Destination::Member(to.addr()), frame);
+                let version = self.versions.for_member(&to);
+                self.transmit(Destination::Member(to.addr()), version, frame);
             }
         }
         self.transmits.pop_front()
@@ -676,6 +683,7 @@ impl Endpoint {
                 let lease = self.locks.lease_beat(now, &to);
                 self.transmit(
                     Destination::Member(to.addr()),
+                    self.versions.for_member(&to),
                     Frame::Heartbeat {
                         epoch,
                         view_epoch,
@@ -684,13 +692,19 @@ impl Endpoint {
                     },
                 );
             }
+            // Discovery may reach members of any version.
             GmsOutput::Discover(discovery) => {
-                self.transmit(Destination::Discovery, Frame::Discovery(discovery));
+                let discovery = Frame::Discovery(discovery);
+                self.transmit(Destination::Discovery, WireVersion::OLDEST, discovery);
             }
             GmsOutput::DiscoveryReply { to, discovery } => {
-                self.transmit(Destination::Member(to), Frame::Discovery(discovery));
+                let discovery = Frame::Discovery(discovery);
+                self.transmit(Destination::Member(to), WireVersion::OLDEST, discovery);
             }
-            GmsOutput::Forget(member) => self.reliable.remove_peer(&member),
+            GmsOutput::Forget(member) => {
+                self.versions.forget(&member);
+                self.reliable.remove_peer(&member);
+            }
         }
     }
 
@@ -741,7 +755,7 @@ impl Endpoint {
     }
 
     fn send_reliably(&mut self, now: Instant, to: &MemberId, message: Message) {
-        let bytes = match wire::encode_message(&message) {
+        let bytes = match wire::encode_message_as(&message, self.versions.for_member(to)) {
             Ok(bytes) => bytes,
             Err(error) => return warn!(%error, "could not encode a message"),
         };
@@ -750,12 +764,19 @@ impl Endpoint {
         }
     }
 
-    fn transmit(&mut self, destination: Destination, frame: Frame) {
+    /// Sends `frame` in `version`. A member held at the oldest version sends it plainly,
+    /// without naming a newer one.
+    fn transmit(&mut self, destination: Destination, version: WireVersion, frame: Frame) {
         let packet = Packet {
             sender: self.local.clone(),
             frame,
         };
-        match wire::encode_packet(self.cluster, &packet) {
+        let encoded = if self.versions.newest() == WireVersion::OLDEST {
+            wire::encode_packet(self.cluster, &packet)
+        } else {
+            wire::encode_packet_as(self.cluster, &packet, version)
+        };
+        match encoded {
             Ok(bytes) => self.transmits.push_back(Transmit { destination, bytes }),
             Err(error) => warn!(%error, "could not encode a datagram"),
         }

@@ -13,7 +13,9 @@ use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use conclave_lock_api::wire::{ClusterId, DatagramKind};
+use conclave_lock_api::wire::{
+    ClusterId, DatagramKind, WireVersion, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use conclave_lock_api::{DiscoveryOutcome, DiscoveryPlace, DiscoveryReport};
 use tracing::warn;
 
@@ -227,11 +229,13 @@ fn judge(ours: DatagramKind, theirs: DatagramKind) -> DiscoveryOutcome {
             "it cannot open this member's datagrams: it holds another cluster key, or none"
                 .to_owned(),
         ),
-        (DatagramKind::Plain { version: a, .. }, DatagramKind::Plain { version: b, .. })
-            if a != b =>
+        // A member of another build may send another version this one speaks.
+        (DatagramKind::Plain { .. }, DatagramKind::Plain { version, .. })
+            if WireVersion::from_byte(version).is_none() =>
         {
             refused(format!(
-                "it speaks protocol version {b}, this member version {a}"
+                "it speaks protocol version {version}, this member versions \
+                 {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
             ))
         }
         (DatagramKind::Plain { .. }, DatagramKind::Sealed { .. }) => {
@@ -246,7 +250,7 @@ fn judge(ours: DatagramKind, theirs: DatagramKind) -> DiscoveryOutcome {
 
 #[cfg(test)]
 mod tests {
-    use conclave_lock_api::wire::{Header, PROTOCOL_VERSION};
+    use conclave_lock_api::wire::Header;
 
     use super::*;
 
@@ -305,6 +309,11 @@ mod tests {
         assert!(
             matches!(outcome(&d, c), DiscoveryOutcome::Refused(why) if why.contains("protocol version"))
         );
+        // Another version this build speaks is an answer (a rolling upgrade).
+        let mut older = frame(7);
+        older[4] = MIN_PROTOCOL_VERSION;
+        d.heard(c, &older);
+        assert_eq!(outcome(&d, c), DiscoveryOutcome::Answered);
         // An answer sticks; a failed connect later is news.
         d.heard(c, &frame(7));
         d.heard(c, &frame(8));

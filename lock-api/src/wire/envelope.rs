@@ -7,9 +7,68 @@ use super::codec::DecodeError;
 /// The first four bytes of every Conclave datagram.
 pub const MAGIC: [u8; 4] = *b"CNCL";
 
-/// The protocol version this build speaks. Datagrams of another version are rejected with
+/// The newest protocol version this build speaks: [`WireVersion::NEWEST`]. Datagrams of a
+/// version outside [`MIN_PROTOCOL_VERSION`]`..=PROTOCOL_VERSION` are rejected with
 /// [`DecodeError::UnsupportedVersion`].
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
+
+/// The oldest protocol version this build speaks: [`WireVersion::OLDEST`]. It decodes every
+/// version from this one to [`PROTOCOL_VERSION`], and sends this one to a member until it
+/// knows that member speaks a newer one (see `docs/protocol.md`, "Wire versions and rolling
+/// upgrades").
+pub const MIN_PROTOCOL_VERSION: u8 = 3;
+
+/// A protocol version this build speaks: the byte after the magic, and the form of the body.
+///
+/// ```
+/// use conclave_lock_api::wire::{WireVersion, PROTOCOL_VERSION};
+///
+/// assert_eq!(WireVersion::from_byte(3), Some(WireVersion::V3));
+/// assert_eq!(WireVersion::NEWEST.byte(), PROTOCOL_VERSION);
+/// assert_eq!(WireVersion::from_byte(2), None);
+/// assert!(WireVersion::V3 < WireVersion::V4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum WireVersion {
+    /// Version 3: the body is CBOR in cbor4ii's serde mapping, structs as maps keyed by field
+    /// name and enum variants by name. Every build since version 3 decodes it.
+    V3,
+    /// Version 4, the compact form: the same values with structs keyed by field index and enum
+    /// variants by index (see `docs/protocol.md`, "Datagram format").
+    V4,
+}
+
+impl WireVersion {
+    /// The oldest version this build speaks ([`MIN_PROTOCOL_VERSION`]).
+    pub const OLDEST: Self = Self::V3;
+    /// The newest version this build speaks ([`PROTOCOL_VERSION`]).
+    pub const NEWEST: Self = Self::V4;
+
+    /// The version of the byte `version`, if this build speaks it.
+    pub fn from_byte(version: u8) -> Option<Self> {
+        match version {
+            3 => Some(Self::V3),
+            4 => Some(Self::V4),
+            _ => None,
+        }
+    }
+
+    /// The version's byte in the header.
+    pub fn byte(self) -> u8 {
+        match self {
+            Self::V3 => 3,
+            Self::V4 => 4,
+        }
+    }
+}
+
+/// The newest version, [`WireVersion::NEWEST`].
+impl Default for WireVersion {
+    fn default() -> Self {
+        Self::NEWEST
+    }
+}
 
 /// Length of the fixed header in bytes: magic (4), version (1), cluster id (8).
 pub const HEADER_LEN: usize = 13;
@@ -49,10 +108,15 @@ pub struct Header {
 }
 
 impl Header {
-    /// Writes the header for `cluster` at the current protocol version.
+    /// Writes the header for `cluster` at the newest protocol version ([`PROTOCOL_VERSION`]).
     pub fn write(cluster: ClusterId, out: &mut Vec<u8>) {
+        Self::write_version(cluster, WireVersion::NEWEST, out);
+    }
+
+    /// Writes the header for `cluster` at `version`.
+    pub fn write_version(cluster: ClusterId, version: WireVersion, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
-        out.push(PROTOCOL_VERSION);
+        out.push(version.byte());
         out.extend_from_slice(&cluster.0.to_be_bytes());
     }
 

@@ -1,7 +1,10 @@
 //! The wire format: what crosses the network, and how it is encoded.
 //!
 //! A datagram is a fixed 13-byte [`Header`] (magic, protocol version, cluster id)
-//! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Frames are either
+//! followed by a CBOR-encoded [`Packet`]: the sender and one [`Frame`]. Version 3 writes
+//! CBOR with field and variant names, version 4 ([`WireVersion`]) the same values in a compact
+//! form keyed by index; a build reads both and sends each peer the newest it is known to
+//! speak ([`encode_packet_as`], [`decode_datagram`]). Frames are either
 //! unreliable (discovery, heartbeats) or part of the reliable layer (data segments and acks).
 //! A data segment carries a fragment of an encoded [`Message`]: a membership or lock message.
 //!
@@ -26,15 +29,20 @@
 //! ```
 
 mod codec;
+mod compact;
 mod envelope;
 mod message;
 mod payload;
 
 pub use codec::{
-    decode_message, decode_packet, encode_message, encode_packet, DecodeError, EncodeError,
+    decode_datagram, decode_message, decode_packet, encode_message, encode_message_as,
+    encode_packet, encode_packet_as, Datagram, DecodeError, EncodeError,
     BUNDLED_SEGMENT_OVERHEAD_MAX, MAX_MESSAGE_LEN, MAX_PACKET_LEN, PACKET_OVERHEAD_MAX,
 };
-pub use envelope::{ClusterId, DatagramKind, Header, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+pub use envelope::{
+    ClusterId, DatagramKind, Header, WireVersion, HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+};
 #[allow(deprecated)]
 pub use message::HeldLock;
 pub use message::{

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use conclave_lock_api::wire::{SharedSetting, PROTOCOL_VERSION};
+use conclave_lock_api::wire::{SharedSetting, WireVersion, MIN_PROTOCOL_VERSION};
 use conclave_lock_api::{ServiceName, View};
 
 #[cfg(doc)]
@@ -21,6 +21,13 @@ pub struct EndpointConfig {
     pub reliable: reliable::ReliableConfig,
     /// Locking: partition policy, reconciliation, leases.
     pub locks: LockConfig,
+    /// The newest wire version this member sends (default [`WireVersion::NEWEST`]). It sends
+    /// each peer the newest version both speak once it has heard that peer speak it, and the
+    /// oldest before (see `docs/protocol.md`, "Wire versions and rolling upgrades"), so a
+    /// cluster upgrades itself one member at a time. [`WireVersion::V3`] holds this member
+    /// at version 3 (it still reads version 4, and does not ask for it): for a cluster that
+    /// must stay readable by version-3 tools that listen in.
+    pub wire: WireVersion,
 }
 
 impl EndpointConfig {
@@ -30,6 +37,7 @@ impl EndpointConfig {
             gms: GmsConfig::local(),
             reliable: reliable::ReliableConfig::default(),
             locks: LockConfig::local(),
+            wire: WireVersion::NEWEST,
         }
     }
 }
@@ -101,7 +109,8 @@ pub enum EndpointEvent {
 }
 
 /// The settings of `config` that every member of a cluster must share, by name and value:
-/// `protocol_version`, `partition_policy` (with the cluster size under `Majority`), `lease`,
+/// `protocol_version` (the oldest wire version the member speaks, so members of different
+/// builds that share a version agree: `3` for builds that speak versions 3 and 4), `partition_policy` (with the cluster size under `Majority`), `lease`,
 /// and under `Majority` also `lease_margin` and `support_lease`, which its mutual exclusion
 /// rests on. A coordinator refuses a joiner, and does not merge with a view, whose value of
 /// one of them differs (the timings of membership and caching may differ between members).
@@ -120,7 +129,7 @@ pub fn shared_settings(config: &LockConfig) -> Vec<SharedSetting> {
         value,
     };
     let mut settings = vec![
-        setting("protocol_version", PROTOCOL_VERSION.to_string()),
+        setting("protocol_version", MIN_PROTOCOL_VERSION.to_string()),
         setting("partition_policy", format!("{:?}", config.policy)),
         setting("lease", format!("{:?}", config.lease)),
     ];

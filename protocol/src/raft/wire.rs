@@ -2,7 +2,8 @@
 //! never reach the network (we never parse protobuf), in packets of their own cluster id.
 //!
 //! A packet is our 13-byte header (magic, protocol version, cluster id) and a CBOR
-//! [`RaftPacket`]. The cluster id is [`raft_cluster_id`]: the cluster name's id mixed with a
+//! [`RaftPacket`]. Its body did not change with protocol version 4: it is sent as version 3,
+//! which every build reads, and read as either. The cluster id is [`raft_cluster_id`]: the cluster name's id mixed with a
 //! tag, so a group-backend member of the same cluster name drops Raft packets as foreign, and
 //! the other way round. Sealing with the cluster key happens below, in the transport, as for
 //! every datagram.
@@ -10,7 +11,7 @@
 // raft-rs's protobuf messages are built field by field, as its own code does.
 #![allow(clippy::field_reassign_with_default)]
 
-use conclave_lock_api::wire::{ClusterId, Header, HEADER_LEN, PROTOCOL_VERSION};
+use conclave_lock_api::wire::{ClusterId, Header, WireVersion, HEADER_LEN};
 use conclave_lock_api::MemberId;
 use raft::eraftpb;
 use serde::{Deserialize, Serialize};
@@ -273,7 +274,7 @@ impl RaftWire {
 /// Encodes a packet for `cluster` (see [`raft_cluster_id`]).
 pub fn encode_packet(cluster: ClusterId, packet: &RaftPacket) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    Header::write(cluster, &mut out);
+    Header::write_version(cluster, WireVersion::V3, &mut out);
     cbor4ii::serde::to_writer(&mut out, packet).expect("a packet always encodes");
     out
 }
@@ -288,7 +289,7 @@ pub fn decode_packet(cluster: ClusterId, bytes: &[u8]) -> Result<RaftPacket, Raf
         )));
     }
     let header = Header::read(bytes).map_err(|e| RaftWireError::Undecodable(e.to_string()))?;
-    if header.version != PROTOCOL_VERSION || header.cluster != cluster {
+    if WireVersion::from_byte(header.version).is_none() || header.cluster != cluster {
         return Err(RaftWireError::Undecodable(
             "another cluster or version".into(),
         ));

@@ -492,31 +492,6 @@ pub enum LockMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         passed_to: Option<(RequestId, FencingToken)>,
     },
-    /// Grantor → holder (one-hop handoff): when you release `request`, pass the lock straight
-    /// to `next` (a grant the grantor has already made, to take effect at your release), and
-    /// say so in your release; `None` withdraws an earlier designation. The grantor stays the
-    /// authority: it records the grant, and sends it itself if the release comes without it.
-    Designate {
-        /// The holder's request (the hold this designation follows).
-        request: RequestId,
-        /// The lock.
-        name: LockName,
-        /// The successor's grant, or `None`: release to the grantor as usual.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        next: Option<Successor>,
-    },
-    /// Holder → successor (one-hop handoff): the grantor's grant of the successor's request,
-    /// delivered by the holder as it releases. The successor takes it exactly as a
-    /// [`LockMessage::Granted`] from `grantor`: only while it still waits for that request,
-    /// from its own grantor, for its own view.
-    Passed {
-        /// The grantor that made the grant.
-        grantor: MemberId,
-        /// The lock.
-        name: LockName,
-        /// The grant.
-        grant: Successor,
-    },
     /// Grantor → client: the request is granted.
     Granted {
         /// The request.
@@ -713,5 +688,31 @@ pub enum LockMessage {
         owner: OwnerId,
         /// Token of the lost grant.
         token: FencingToken,
+    },
+    // New variants go last: in the compact form (version 4) a variant is its index.
+    /// Grantor → holder (one-hop handoff): when you release `request`, pass the lock straight
+    /// to `next` (a grant the grantor has already made, to take effect at your release), and
+    /// say so in your release; `None` withdraws an earlier designation. The grantor stays the
+    /// authority: it records the grant, and sends it itself if the release comes without it.
+    Designate {
+        /// The holder's request (the hold this designation follows).
+        request: RequestId,
+        /// The lock.
+        name: LockName,
+        /// The successor's grant, or `None`: release to the grantor as usual.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<Successor>,
+    },
+    /// Holder → successor (one-hop handoff): the grantor's grant of the successor's request,
+    /// delivered by the holder as it releases. The successor takes it exactly as a
+    /// [`LockMessage::Granted`] from `grantor`: only while it still waits for that request,
+    /// from its own grantor, for its own view.
+    Passed {
+        /// The grantor that made the grant.
+        grantor: MemberId,
+        /// The lock.
+        name: LockName,
+        /// The grant.
+        grant: Successor,
     },
 }

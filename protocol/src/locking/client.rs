@@ -126,6 +126,11 @@ pub(crate) struct Client {
     /// Sabotage (one-hop handoff): take a passed lock for any request, even one no longer
     /// waited for.
     pub(crate) pass_to_any: bool,
+    /// One-hop handoff: the first stamp sent after this member's latest report. A grantor
+    /// that asked for the report rebuilds its table from reports, which name no designation:
+    /// a grant designated before it (its stamp is older) is void, even in the same view (a
+    /// `Majority` grantor begins a new term in the view it is in).
+    reported_stamp: u64,
 }
 
 /// Stamps remembered at most (older ones are past any lease anyway).
@@ -153,6 +158,7 @@ impl Client {
             lease_from_receipt: false,
             pass_keeps_hold: false,
             pass_to_any: false,
+            reported_stamp: 0,
         }
     }
 
@@ -549,7 +555,8 @@ impl Client {
         self.follow(now, view.coordinator().clone(), out);
         match self.early_report.take() {
             Some((asker, epoch)) if epoch == view.epoch() && asker == *view.coordinator() => {
-                out.push_back((asker, self.report(now, epoch)));
+                let report = self.report_to_grantor(now, epoch);
+                out.push_back((asker, report));
             }
             Some(early) if early.1 > view.epoch() => self.early_report = Some(early),
             _ => {}
@@ -773,6 +780,18 @@ impl Client {
                     .map(|t| millis_up(t.saturating_duration_since(now))),
             })
             .collect()
+    }
+
+    /// The report answering a grantor's request: the grantor rebuilds its table from the
+    /// reports, without the designations it made before (one-hop handoff): every designation
+    /// held here is dropped (the holder releases plainly; the grantor grants the successor
+    /// itself), and a grant passed on that was designated before this report is refused.
+    pub(crate) fn report_to_grantor(&mut self, now: Instant, epoch: u64) -> LockMessage {
+        for held in self.held.values_mut() {
+            held.successor = None;
+        }
+        self.reported_stamp = self.next_stamp;
+        self.report(now, epoch)
     }
 
     /// What this member holds, waits for and releases: its reconciliation report.

@@ -86,11 +86,9 @@ pub struct LockConfig {
     /// message on the handoff's path instead of two), the grantor told in the same send. The
     /// grantor stays the authority: it takes the tokens, completes the handoff in its table,
     /// and grants the waiter itself whenever the holder releases otherwise, expires or leaves.
-    /// Only for a plain exclusive hold with a plain exclusive waiter next (no node grants), and
-    /// only under [`PartitionPolicy::Majority`]: under `Available` the setting is accepted and
-    /// does nothing yet (its simulator band still finds tables that disagree with their
-    /// members, see `docs/protocol.md`). Every member of a cluster must run a version that
-    /// knows it before it is turned on (older members drop the messages it adds). Default off.
+    /// Only for a plain exclusive hold with a plain exclusive waiter next (no node grants); both
+    /// policies. Every member of a cluster must run a version that knows it before it is
+    /// turned on (older members drop the messages it adds). Default off.
     pub one_hop_handoff: bool,
 }
 

@@ -133,9 +133,7 @@ impl LockMachine {
             grantor: {
                 let mut grantor = Grantor::new(local.clone());
                 grantor.delegation_grace = config.node_cache.delegation_grace;
-                // Under `Available` the handoff is not proven yet (docs/protocol.md, "One-hop
-                // handoff"): its grantor never designates.
-                grantor.one_hop = config.one_hop_handoff && config.policy.is_majority();
+                grantor.one_hop = config.one_hop_handoff;
                 grantor
             },
             cache: cache::NodeCache::default(),

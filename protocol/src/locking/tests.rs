@@ -1246,3 +1246,46 @@ fn assert_grantor_knows_and_member_2_queues(c: &mut Cluster, kept: RequestId) {
     assert!(c.granted(2, other).is_none(), "member 2 queues behind it");
     c.assert_exclusive("after member 3 is back");
 }
+
+/// One-hop handoff (review): request ids are per member, and a release names the successor it
+/// passed the lock to by its request alone. A successor that withdraws (here: cancels) is
+/// replaced by the next waiter; if that waiter's request has the same number, the holder's
+/// release of the withdrawn designation must not complete a handoff to the new successor,
+/// which was never told (it would wait for ever while the table says it holds).
+#[test]
+fn handoff_a_release_naming_a_withdrawn_successor_does_not_complete_another_with_its_number() {
+    let config = LockConfig {
+        one_hop_handoff: true,
+        ..majority(4)
+    };
+    let mut c = Cluster::new(&[1, 2, 3, 4], config);
+    c.install(1, &[1, 2, 3, 4], ViewOrigin::Founded);
+    c.settle();
+    let h = c.lock(2, 1, "x", LockMode::Exclusive, true);
+    let h_token = granted_within(&mut c, 2, h);
+    // Member 3 waits and is designated to follow member 2 (member 2 is told).
+    let s1 = c.lock(3, 1, "x", LockMode::Exclusive, true);
+    // Member 4 waits with a request of the same number.
+    let s2 = c.lock(4, 1, "x", LockMode::Exclusive, true);
+    assert_eq!(s1, s2, "request ids are per member");
+    assert_eq!(c.node(1).grantor_stats().designations, 1);
+    // Member 2 hears nothing more from the grantor for a while; member 3 gives up: member 4
+    // is designated instead (its designation is on its way to member 2).
+    c.slow_link(1, 2);
+    let now = c.now;
+    c.node(3).cancel(now, s1);
+    c.deliver();
+    assert_eq!(c.node(1).grantor_stats().designations, 2);
+    // Member 2 releases with the designation it has: the lock is passed to member 3, which
+    // no longer waits for it.
+    c.unlock(2, h);
+    c.release_slow();
+    c.advance(Duration::from_millis(200));
+    let t = c.granted(4, s2).expect("member 4 is granted the lock");
+    assert!(t > h_token);
+    let now = c.now;
+    let table: Vec<_> = c.node(1).grantor_holds();
+    assert_eq!(table.len(), 1, "{table:?}");
+    assert_eq!(c.node(4).holds(now).len(), 1);
+    assert!(c.node(3).holds(now).is_empty());
+}

@@ -219,8 +219,17 @@ impl Client {
                 },
             );
         }
+        if !self.pass_to_any && self.held.contains_key(&grant.request) {
+            // A copy of a grant this request holds, or a stale designation of it (its grantor
+            // rebuilt its table and granted the request itself since): the table holds the
+            // request under the token of the hold, which the release must go on naming.
+            return;
+        }
         let ours = self.grantor.as_ref() == Some(grantor);
-        if ours && !of_our_view && self.pending.contains_key(&grant.request) {
+        // Designated before this member's latest report: the grantor rebuilt its table since
+        // (even in this view: a new `Majority` term) and knows nothing of it.
+        let before_report = !self.pass_to_any && grant.stamp < self.reported_stamp;
+        if ours && (!of_our_view || before_report) && self.pending.contains_key(&grant.request) {
             // Our grantor's grant, made in a view we have left: the grantor completes the
             // handoff when the holder's release reaches it, so it is given back there, and
             // the request asked again after it (in that order, on one ordered channel).
@@ -370,7 +379,8 @@ impl Client {
         // installed that view, which a `Majority` grantor needs from a majority before
         // its epoch may appear in fencing tokens.
         if from_grantor && epoch == self.epoch {
-            out.push_back((from.clone(), self.report(now, epoch)));
+            let report = self.report_to_grantor(now, epoch);
+            out.push_back((from.clone(), report));
         } else if epoch > self.epoch && self.early_report.as_ref().is_none_or(|(_, e)| epoch >= *e)
         {
             // The request overtook its view: a coordinator that leaves sends the view

@@ -199,6 +199,16 @@ fn port() -> u16 {
     30_000 + (std::process::id() % 20_000) as u16
 }
 
+/// The one-host timings; the one-hop handoff with `CONCLAVE_BENCH_HANDOFF=1` (`=0`: off),
+/// inherited by the child processes.
+fn endpoint_config() -> EndpointConfig {
+    let mut config = EndpointConfig::local();
+    if let Ok(v) = std::env::var("CONCLAVE_BENCH_HANDOFF") {
+        config.locks.one_hop_handoff = v == "1";
+    }
+    config
+}
+
 async fn join(name: &str, net: &Net) -> Result<Node, Error> {
     join_counted(name, net, None).await
 }
@@ -223,7 +233,7 @@ async fn join_counted(name: &str, net: &Net, sent: Option<Arc<AtomicU64>>) -> Re
         (Net::Tcp(seeds), _) => builder.transport(TcpMesh::loopback(seeds.iter().copied())?),
     };
     let builder = builder
-        .config(EndpointConfig::local())
+        .config(endpoint_config())
         .founding(conclave::Founding::Alone);
     let builder = if std::env::var("CONCLAVE_BENCH_CACHE").is_ok_and(|v| v == "1") {
         builder.node_cache(NodeCacheConfig {

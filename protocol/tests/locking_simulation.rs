@@ -510,6 +510,33 @@ fn handoff_seeds_run_clean_majority() {
     run_handoff_band(MAJORITY);
 }
 
+fn run_handoff_band(policy: PartitionPolicy) {
+    let gentle = seeds("CONCLAVE_HANDOFF_SEEDS", 10, 150);
+    let harsh = seeds("CONCLAVE_HANDOFF_HARSH_SEEDS", 5, 60);
+    for leased in [false, true] {
+        let lease = |c: SimConfig| if leased { with_leases(c) } else { c };
+        let name = format!(
+            "{policy:?}, one-hop handoff{}",
+            if leased { ", leases" } else { "" }
+        );
+        let total = assert_clean(
+            &name,
+            run_seeds(&lease(with_handoff(gentle_profile(policy))), &[], gentle),
+        );
+        let harsh_name = format!("{name} (harsh)");
+        let harsh_total = assert_clean(
+            &harsh_name,
+            run_seeds(&lease(with_handoff(harsh_profile(policy))), &[], harsh),
+        );
+        assert_harsh(&harsh_name, &harsh_total);
+        for (name, t) in [(&name, &total), (&harsh_name, &harsh_total)] {
+            let g = &t.grantor;
+            assert!(g.designations > 0, "{name}: no designation");
+            assert!(g.passes > 0, "{name}: no lock passed on");
+        }
+    }
+}
+
 /// Runs seeds of the handoff band's gentle and harsh profiles with a broken handoff until a
 /// checker fires; returns the seed and the invariant named.
 fn first_handoff_violation(

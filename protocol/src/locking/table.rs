@@ -37,6 +37,20 @@ pub(crate) struct Waiter {
     pub(crate) lease: Option<Duration>,
 }
 
+impl Waiter {
+    /// The hold this request becomes when granted at `now` with `token`: its own lease, if
+    /// it asked for one, runs from `now`.
+    pub(crate) fn hold(self, token: FencingToken, now: Instant) -> Holder {
+        Holder {
+            owner: self.owner,
+            mode: self.mode,
+            token,
+            request: self.request,
+            lease_until: self.lease.map(|d| now + d),
+        }
+    }
+}
+
 /// What promotion may do with the waiter at the head of a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -246,16 +260,7 @@ impl LockTable {
         now: Instant,
     ) -> Option<FencingToken> {
         let token = self.next_token(epoch, tokens_taken(&waiter.owner))?;
-        self.insert_holder(
-            name,
-            Holder {
-                owner: waiter.owner,
-                mode: waiter.mode,
-                token,
-                request: waiter.request,
-                lease_until: waiter.lease.map(|d| now + d),
-            },
-        );
+        self.insert_holder(name, waiter.hold(token, now));
         Some(token)
     }
 
@@ -468,13 +473,7 @@ impl LockTable {
                 if verdict(&d.waiter.owner) == Verdict::Drop {
                     continue;
                 }
-                let holder = Holder {
-                    owner: d.waiter.owner,
-                    mode: d.waiter.mode,
-                    token: d.token,
-                    request: d.waiter.request,
-                    lease_until: d.waiter.lease.map(|l| now + l),
-                };
+                let holder = d.waiter.hold(d.token, now);
                 entry.holders.push(holder.clone());
                 granted.push(holder);
                 continue;
@@ -504,13 +503,7 @@ impl LockTable {
             let Some(token) = self.next_token(epoch, count) else {
                 break;
             };
-            let holder = Holder {
-                owner: waiter.owner,
-                mode: waiter.mode,
-                token,
-                request: waiter.request,
-                lease_until: waiter.lease.map(|d| now + d),
-            };
+            let holder = waiter.hold(token, now);
             self.observe_token(block_end(&holder));
             if let Some(entry) = self.locks.get_mut(name) {
                 entry.holders.push(holder.clone());

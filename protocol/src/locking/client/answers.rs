@@ -234,15 +234,7 @@ impl Client {
             // handoff when the holder's release reaches it, so it is given back there, and
             // the request asked again after it (in that order, on one ordered channel).
             debug!(request = %grant.request, lock = %name, "passed grant of an earlier view; giving it back");
-            self.note_given_back(grantor, grant.request, grant.token);
-            out.push_back((
-                grantor.clone(),
-                self.give_back(grant.request, name, grant.token),
-            ));
-            if let Some(pending) = self.pending.get(&grant.request).cloned() {
-                let message = self.lock_message(now, grant.request, &pending);
-                out.push_back((grantor.clone(), message));
-            }
+            self.give_back_then_ask(now, grantor, grant.request, name, grant.token, out);
             return;
         }
         let from_grantor = of_our_view && ours;
@@ -405,6 +397,20 @@ impl Client {
         notices: &mut VecDeque<LockNotice>,
     ) {
         notices.push_back(self.unexpected(request, &name, token, UnexpectedGrant::LeaseRanOut));
+        self.give_back_then_ask(now, from, request, name, token, out);
+    }
+
+    /// Gives the grant `token` of `request` back to `from` and, if the request still waits,
+    /// asks `from` for it again after that (one ordered channel: the release arrives first).
+    fn give_back_then_ask(
+        &mut self,
+        now: Instant,
+        from: &MemberId,
+        request: RequestId,
+        name: LockName,
+        token: FencingToken,
+        out: &mut Outbox,
+    ) {
         self.note_given_back(from, request, token);
         out.push_back((from.clone(), self.give_back(request, name, token)));
         if let Some(pending) = self.pending.get(&request).cloned() {

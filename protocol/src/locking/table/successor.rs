@@ -72,13 +72,7 @@ impl LockTable {
         entry
             .holders
             .retain(|h| !same(&h.owner, h.request, after_member, *after_request));
-        let holder = Holder {
-            owner: d.waiter.owner,
-            mode: d.waiter.mode,
-            token: d.token,
-            request: d.waiter.request,
-            lease_until: d.waiter.lease.map(|l| now + l),
-        };
+        let holder = d.waiter.hold(d.token, now);
         entry.holders.push(holder.clone());
         Some(holder)
     }

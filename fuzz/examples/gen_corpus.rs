@@ -127,6 +127,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                 stamp: 1,
                 lease_ms: Some(5_000),
                 quiet: true,
+                passes: true,
             }),
         ),
         (
@@ -304,6 +305,7 @@ fn messages() -> Vec<(&'static str, Message)> {
                     stamp: 1,
                     lease_ms: None,
                     quiet: false,
+                    passes: true,
                 },
             },
         ),
@@ -547,6 +549,7 @@ fn endpoint_seeds() -> Vec<(String, Vec<u8>)> {
                     stamp: 1,
                     lease_ms: None,
                     quiet: false,
+                    passes: false,
                 }),
                 None,
             )),

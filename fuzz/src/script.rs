@@ -390,6 +390,7 @@ impl<'a> Reader<'a> {
                 stamp: self.num(),
                 lease_ms: self.option(Self::num),
                 quiet: self.flag(),
+                passes: self.flag(),
             },
             6 => LockMessage::Renew {
                 stamp: self.num(),
@@ -851,6 +852,7 @@ impl Writer {
                 stamp,
                 lease_ms,
                 quiet,
+                passes,
             } => {
                 self.u8(5);
                 self.request(request);
@@ -861,6 +863,7 @@ impl Writer {
                 self.num(*stamp);
                 self.option(lease_ms.as_ref(), |w, v| w.num(*v));
                 self.flag(*quiet);
+                self.flag(*passes);
             }
             LockMessage::ExtendLease {
                 request,

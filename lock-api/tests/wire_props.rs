@@ -442,10 +442,11 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
             any::<bool>(),
             arb_u64(),
             prop::option::of(arb_u64()),
+            any::<bool>(),
             any::<bool>()
         )
             .prop_map(
-                |(request, name, owner, mode, wait, stamp, lease_ms, quiet)| {
+                |(request, name, owner, mode, wait, stamp, lease_ms, quiet, passes)| {
                     LockMessage::Lock {
                         request,
                         name,
@@ -455,6 +456,7 @@ fn arb_lock_message() -> BoxedStrategy<LockMessage> {
                         stamp,
                         lease_ms,
                         quiet,
+                        passes,
                     }
                 }
             ),
@@ -1962,6 +1964,7 @@ fn golden_lock_message_and_its_quiet_flag() {
             stamp: 9,
             lease_ms: None,
             quiet,
+            passes: false,
         })
     };
     let (loud, quiet) = flag_on_the_wire(lock, "quiet");
@@ -1996,6 +1999,60 @@ fn golden_lock_message_and_its_quiet_flag() {
         ..
     }) = old;
     assert_eq!((request, wait, stamp), (RequestId(42), true, 9));
+}
+
+/// PINNED WIRE FORMAT: a request that does not say it takes one-hop handoffs encodes exactly
+/// as before the `passes` field existed, and one that does carries the field, which a member
+/// that predates it skips (it reads an ordinary request).
+#[test]
+fn golden_lock_message_and_its_passes_flag() {
+    const GOLDEN: &str = "a1644c6f636ba1644c6f636ba66772657175657374182a646e616d65686f72646572732f37656f776e6572a2666d656d626572a36b696e6361726e6174696f6e01646e616d65616e6461646472a1625634828418c0000201191e78656c6f63616c03646d6f6465694578636c75736976656477616974f5657374616d7009";
+    let lock = |passes| {
+        Message::Lock(LockMessage::Lock {
+            request: RequestId(42),
+            name: pinned_name(),
+            owner: pinned_owner(),
+            mode: LockMode::Exclusive,
+            wait: true,
+            stamp: 9,
+            lease_ms: None,
+            quiet: false,
+            passes,
+        })
+    };
+    let (plain, passes) = flag_on_the_wire(lock, "passes");
+    assert_eq!(hex(&plain), GOLDEN, "the wire format changed");
+
+    // A member built before the flag existed decodes a request that carries it.
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldMessage {
+        Lock(OldLockMessage),
+    }
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum OldLockMessage {
+        Lock {
+            request: RequestId,
+            name: LockName,
+            owner: OwnerId,
+            mode: LockMode,
+            wait: bool,
+            #[serde(default)]
+            stamp: u64,
+            #[serde(default)]
+            lease_ms: Option<u64>,
+            #[serde(default)]
+            quiet: bool,
+        },
+    }
+    let old: OldMessage =
+        ciborium::from_reader(passes.as_slice()).expect("an older member decodes it");
+    let OldMessage::Lock(OldLockMessage::Lock {
+        request,
+        wait,
+        quiet,
+        ..
+    }) = old;
+    assert_eq!((request, wait, quiet), (RequestId(42), true, false));
 }
 
 /// Encodes `message(false)` and `message(true)`: the field `flag` is on the wire only in the

@@ -82,6 +82,7 @@ fn lock() -> Message {
         stamp: 77,
         lease_ms: None,
         quiet: true,
+        passes: false,
     })
 }
 
@@ -270,6 +271,7 @@ fn golden_v4_messages() {
         stamp: 9,
         lease_ms: None,
         quiet: false,
+        passes: false,
     });
     let unlock_ack = Message::Lock(LockMessage::UnlockAck {
         request: RequestId(42),

@@ -428,6 +428,12 @@ pub enum LockMessage {
         /// `false`, so members that predate it still get `Queued`.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         quiet: bool,
+        /// The client takes a one-hop handoff: it knows [`LockMessage::Designate`] and
+        /// [`LockMessage::Passed`]. A grantor designates a successor only when both the
+        /// holder and the successor said so (an older member would drop those messages).
+        /// Absent means `false`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        passes: bool,
     },
     /// Client → grantor: extend the lease of a hold to at least `lease_ms` from now (a
     /// reentrant re-lock with a lease). Answered, if the grantor has the hold, by

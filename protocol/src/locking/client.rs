@@ -307,6 +307,9 @@ impl Client {
             stamp: self.stamp(now),
             lease_ms: p.lease.map(millis_up),
             quiet: p.quiet,
+            // This build takes one-hop handoffs (whether its grantor designates is the
+            // grantor's setting).
+            passes: true,
         }
     }
 

@@ -87,8 +87,11 @@ pub struct LockConfig {
     /// grantor stays the authority: it takes the tokens, completes the handoff in its table,
     /// and grants the waiter itself whenever the holder releases otherwise, expires or leaves.
     /// Only for a plain exclusive hold with a plain exclusive waiter next (no node grants); both
-    /// policies. Every member of a cluster must run a version that knows it before it is
-    /// turned on (older members drop the messages it adds). Default off.
+    /// policies. It is the grantor's setting, and a grantor designates only between members
+    /// whose requests said they take handoffs (every build that knows it says so), so a
+    /// cluster with older members in it can turn it on: their locks are granted as before.
+    /// Default off: it shortens a contended handoff's path but costs each handoff one more
+    /// message, which a CPU-bound host pays for (see `docs/benchmarks.md`).
     pub one_hop_handoff: bool,
 }
 

@@ -187,6 +187,9 @@ pub(crate) struct Grantor {
     pub(crate) sabotage: GrantorSabotage,
     /// One-hop handoff ([`super::LockConfig::one_hop_handoff`]).
     pub(crate) one_hop: bool,
+    /// The members (incarnations) whose requests said they take one-hop handoffs: only
+    /// they are designated or told of a designation. Pruned with the view.
+    handoff_takers: BTreeSet<MemberId>,
     /// When each lock was last granted for writing (delegations wait out a grace after it).
     last_write: BTreeMap<LockName, Instant>,
     /// The grace after a write during which shared node grants are plain.
@@ -223,6 +226,7 @@ impl Grantor {
             stats: GrantorStats::default(),
             sabotage: GrantorSabotage::default(),
             one_hop: false,
+            handoff_takers: BTreeSet::new(),
             #[cfg(feature = "sim")]
             grant_log: Vec::new(),
         }
@@ -273,6 +277,7 @@ impl Grantor {
         self.generation = 0;
         self.table.clear();
         self.stamps.retain(|m, _| ctx.view.contains(m));
+        self.handoff_takers.retain(|m| ctx.view.contains(m));
         self.grace_until = ctx.fence.map(|d| ctx.now + d);
         let awaiting: BTreeSet<MemberId> = ctx.view.members().iter().cloned().collect();
         for member in &awaiting {
@@ -456,6 +461,7 @@ impl Grantor {
         self.table.clear();
         self.grace_until = None;
         self.stamps.clear();
+        self.handoff_takers.clear();
     }
 
     /// A view change that keeps this member grantor (no merge): drop departed members.
@@ -474,6 +480,7 @@ impl Grantor {
             self.start(ctx, out);
             return;
         }
+        self.handoff_takers.retain(|m| ctx.view.contains(m));
         if !self.is_serving() {
             return;
         }
@@ -791,6 +798,7 @@ impl Grantor {
                         stamp: 0,
                         lease_ms: p.lease_ms,
                         quiet: false,
+                        passes: false,
                     },
                     out,
                 );

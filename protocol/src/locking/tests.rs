@@ -25,6 +25,10 @@ struct Cluster {
     held_back: Vec<(MemberId, MemberId, LockMessage)>,
     /// Stalled members: they run nothing; what reaches them waits in their buffer.
     stalled: BTreeMap<MemberId, Vec<(MemberId, Input)>>,
+    /// Members that play a build older than the one-hop handoff: their requests do not say
+    /// they take handoffs, and what they cannot decode (a designation, a passed grant) is
+    /// dropped on its way to them.
+    older: std::collections::BTreeSet<MemberId>,
 }
 
 /// What a stalled member finds in its buffer when it wakes.
@@ -47,6 +51,7 @@ impl Cluster {
             slow: std::collections::BTreeSet::new(),
             held_back: Vec::new(),
             stalled: BTreeMap::new(),
+            older: std::collections::BTreeSet::new(),
         }
     }
 
@@ -79,8 +84,23 @@ impl Cluster {
                 if self.stalled.contains_key(from) {
                     continue;
                 }
-                while let Some((to, message)) = self.nodes.get_mut(from).unwrap().poll_transmit() {
+                while let Some((to, mut message)) =
+                    self.nodes.get_mut(from).unwrap().poll_transmit()
+                {
                     moved = true;
+                    if self.older.contains(from) {
+                        if let LockMessage::Lock { passes, .. } = &mut message {
+                            *passes = false;
+                        }
+                    }
+                    if self.older.contains(&to)
+                        && matches!(
+                            message,
+                            LockMessage::Designate { .. } | LockMessage::Passed { .. }
+                        )
+                    {
+                        continue;
+                    }
                     let link = (from.clone(), to.clone());
                     if self.cut.contains(&link) {
                         continue;
@@ -917,6 +937,7 @@ fn majority_a_grantor_that_wakes_from_a_stall_grants_nothing() {
         stamp: 0,
         lease_ms: None,
         quiet: false,
+        passes: true,
     };
     c.stalled
         .get_mut(&member(1))
@@ -1288,4 +1309,42 @@ fn handoff_a_release_naming_a_withdrawn_successor_does_not_complete_another_with
     assert_eq!(table.len(), 1, "{table:?}");
     assert_eq!(c.node(4).holds(now).len(), 1);
     assert!(c.node(3).holds(now).is_empty());
+}
+
+/// One-hop handoff in a cluster with a member of an older build (whose requests do not say it
+/// takes handoffs, and which drops the messages it adds): the grantor designates only between
+/// members that said they take them, so the older member is granted by the grantor, as
+/// before, whether it holds or waits.
+#[test]
+fn handoff_never_involves_a_member_that_did_not_say_it_takes_handoffs() {
+    for (older, designated) in [(None, true), (Some(2), false), (Some(3), false)] {
+        let config = LockConfig {
+            one_hop_handoff: true,
+            ..majority(3)
+        };
+        let mut c = Cluster::new(&[1, 2, 3], config);
+        c.older.extend(older.map(member));
+        c.install(1, &[1, 2, 3], ViewOrigin::Founded);
+        c.settle();
+        let h = c.lock(2, 1, "x", LockMode::Exclusive, true);
+        let h_token = granted_within(&mut c, 2, h);
+        let w = c.lock(3, 1, "x", LockMode::Exclusive, true);
+        c.advance(Duration::from_millis(100));
+        let stats = c.node(1).grantor_stats();
+        assert_eq!(
+            stats.designations > 0,
+            designated,
+            "older member {older:?}: {stats:?}"
+        );
+        c.unlock(2, h);
+        c.advance(Duration::from_millis(200));
+        let t = c.granted(3, w).expect("the waiter is granted the lock");
+        assert!(t > h_token);
+        c.assert_exclusive("after the handoff");
+        assert_eq!(
+            c.node(1).grantor_stats().passes > 0,
+            designated,
+            "older member {older:?}"
+        );
+    }
 }

@@ -19,9 +19,12 @@ impl Grantor {
             return;
         }
         let view = grant_view(ctx.view);
+        let takers = &self.handoff_takers;
         let Some((holder, d)) = self
             .table
-            .designate(name, (self.epoch, view), ctx.now, |m| ctx.view.contains(m))
+            .designate(name, (self.epoch, view), ctx.now, |m| {
+                ctx.view.contains(m) && takers.contains(m)
+            })
         else {
             return;
         };
@@ -46,6 +49,13 @@ impl Grantor {
                 }),
             },
         ));
+    }
+
+    /// Records that `member`'s requests say it takes one-hop handoffs.
+    pub(super) fn note_handoff_taker(&mut self, member: &MemberId) {
+        if !self.handoff_takers.contains(member) {
+            self.handoff_takers.insert(member.clone());
+        }
     }
 
     /// Tells the holder of `name` (`after`) that its designation is withdrawn, unless a new

@@ -54,6 +54,7 @@ impl Grantor {
             wait,
             lease_ms,
             quiet,
+            passes,
             ..
         } = message
         else {
@@ -61,6 +62,9 @@ impl Grantor {
         };
         if owner.member != *from {
             return;
+        }
+        if passes && ctx.view.contains(from) {
+            self.note_handoff_taker(from);
         }
         let cached = self.cacheable(&name, &owner, mode, ctx.now);
         let (token, lease_until) = if let Some(h) = self.table.holder(&name, from, request) {

@@ -10,15 +10,15 @@ use crate::time::Instant;
 impl LockTable {
     /// Grants `name` in advance to the head of its queue, to take effect at the release of
     /// its sole holder: only when one plain hold is all there is, the head is a plain
-    /// exclusive request whose member `live` accepts, nothing is fenced and no successor
-    /// stands already. Takes the grant's token and returns the holder it follows and the
+    /// exclusive request, `accepts` accepts the members of both (live, and able to take a
+    /// handoff), nothing is fenced and no successor stands already. Takes the grant's token and returns the holder it follows and the
     /// successor; `None` (nothing changed) otherwise.
     pub(crate) fn designate(
         &mut self,
         name: &LockName,
         (epoch, view): (u64, GrantView),
         now: Instant,
-        live: impl Fn(&MemberId) -> bool,
+        accepts: impl Fn(&MemberId) -> bool,
     ) -> Option<(Holder, Designated)> {
         let entry = self.locks.get(name)?;
         let [holder] = entry.holders.as_slice() else {
@@ -30,7 +30,8 @@ impl LockTable {
             && !is_node_grant(holder)
             && head.owner.local != NODE_OWNER
             && head.mode == LockMode::Exclusive
-            && live(&head.owner.member);
+            && accepts(&holder.owner.member)
+            && accepts(&head.owner.member);
         if !eligible {
             return None;
         }

@@ -1,5 +1,9 @@
 //! The Raft member's driver thread: datagrams in, the node's timers, its persistence (one
 //! fsync per batch, before what depends on it is sent), packets out.
+//!
+//! What may leave before a batch is durable (a leader's appends to its followers) leaves
+//! before the batch is written, so the followers' fsyncs overlap the leader's; the batch is
+//! written without the member's state lock, so the member's tasks are not held up by a disk.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +13,7 @@ use async_channel::Receiver;
 use async_io::Timer;
 use conclave_lock_api::wire::ClusterId;
 use conclave_lock_api::{LockError, LockLostReason, Transport};
+use conclave_protocol::raft::persist::PersistBatch;
 use conclave_protocol::raft::wire::{decode_packet, encode_packet};
 use conclave_protocol::raft::RaftEvent;
 use futures::future::{select, Either};
@@ -24,9 +29,11 @@ pub(super) const LEAVE_BOUND: Duration = Duration::from_secs(3);
 /// entries.
 const COMPACT_LOG_BYTES: u64 = 8 << 20;
 
-/// What one turn of the driver must send, and whether it is done.
+/// What one turn of the driver must send and write, and whether it is done.
 struct Turn {
     sends: Vec<(String, SocketAddr, Vec<u8>)>,
+    /// Batches to make durable, in order, once `sends` are sent.
+    batches: Vec<PersistBatch>,
     next: Option<StdInstant>,
     done: bool,
 }
@@ -87,12 +94,46 @@ impl Driver {
                     state.node.report_unreachable(name);
                 }
             }
+            let wrote = !turn.batches.is_empty();
+            if wrote && !left && !self.persist(turn.batches) {
+                left = true;
+            }
             self.shared.report_losses();
             if turn.done {
                 break;
             }
-            self.wait(turn.next);
+            if !wrote {
+                self.wait(turn.next);
+            }
+            // Otherwise what the batches held back goes out in the next turn, at once.
         }
+    }
+
+    /// Writes `batches` in order, each durable before the node hears it is (the state lock is
+    /// taken only to tell it). Returns `false` if the log could not be written: the member
+    /// then stops, ending every request.
+    fn persist(&mut self, batches: Vec<PersistBatch>) -> bool {
+        for batch in batches {
+            if let Err(error) = self.disk.write(&batch) {
+                // Without its log on disk this member must not answer as if it had it.
+                tracing::error!(%error, "raft: the log could not be written; the member stops");
+                let mut state = self.shared.lock();
+                state.closed = true;
+                let requests: Vec<_> = state.records.keys().copied().collect();
+                for request in requests {
+                    state.lose(request, LockLostReason::Shutdown);
+                    state.fail(request, LockError::Shutdown);
+                }
+                return false;
+            }
+            let mut state = self.shared.lock();
+            let now = state.now();
+            state.node.persisted(now, batch.seq);
+            if self.disk.log_bytes() > COMPACT_LOG_BYTES {
+                state.node.compact_now();
+            }
+        }
+        true
     }
 
     /// Closes the transport and ends the streams; the node is stopped.
@@ -112,7 +153,7 @@ impl Driver {
         }
     }
 
-    /// Feeds the node its timers, persists, applies its events; returns what to send.
+    /// Feeds the node its timers, applies its events; returns what to send and to write.
     fn turn(&mut self, left_by: &mut Option<StdInstant>, left: &mut bool) -> Turn {
         let mut state = self.shared.lock();
         let now = state.now();
@@ -120,27 +161,12 @@ impl Driver {
             state.node.handle_timeout(now);
         }
         let mut sends = Vec::new();
+        let mut batches = Vec::new();
         loop {
             let mut progress = false;
             while let Some(batch) = state.node.poll_persist() {
                 progress = true;
-                if let Err(error) = self.disk.write(&batch) {
-                    // Without its log on disk this member must not answer as if it had it.
-                    tracing::error!(%error, "raft: the log could not be written; the member stops");
-                    state.closed = true;
-                    let requests: Vec<_> = state.records.keys().copied().collect();
-                    for request in requests {
-                        state.lose(request, LockLostReason::Shutdown);
-                        state.fail(request, LockError::Shutdown);
-                    }
-                    *left = true;
-                    break;
-                }
-                let now = state.now();
-                state.node.persisted(now, batch.seq);
-                if self.disk.log_bytes() > COMPACT_LOG_BYTES {
-                    state.node.compact_now();
-                }
+                batches.push(batch);
             }
             while let Some(event) = state.node.poll_event() {
                 progress = true;
@@ -195,7 +221,12 @@ impl Driver {
         if let Some(t) = *left_by {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
-        Turn { sends, next, done }
+        Turn {
+            sends,
+            batches,
+            next,
+            done,
+        }
     }
 
     /// Waits for a datagram, the next deadline or a ring; takes in what arrived.

@@ -78,6 +78,7 @@ impl Driver {
     fn serve(&mut self) {
         let mut left_by: Option<StdInstant> = None;
         let mut left = false;
+        let mut disk_failed = false;
         loop {
             let turn = self.turn(&mut left_by, &mut left);
             let mut unreachable = Vec::new();
@@ -95,7 +96,10 @@ impl Driver {
                 }
             }
             let wrote = !turn.batches.is_empty();
-            if wrote && !left && !self.persist(turn.batches) {
+            // A member that left still makes durable what it already decided (its votes and
+            // acknowledgements stay held back until then); only a failed disk stops writing.
+            if wrote && !disk_failed && !self.persist(turn.batches) {
+                disk_failed = true;
                 left = true;
             }
             self.shared.report_losses();

@@ -101,3 +101,51 @@ fn head(out: &mut Vec<u8>, major: u8, n: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    /// A message as a newer build writes it: a flag added last, on the wire only when set.
+    #[derive(Serialize)]
+    enum Newer {
+        Lock {
+            request: u64,
+            quiet: bool,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            passes: bool,
+        },
+    }
+
+    /// The same message as an older build knows it.
+    #[derive(Deserialize, Debug, PartialEq)]
+    enum Older {
+        Lock { request: u64, quiet: bool },
+    }
+
+    /// A field an older build does not know (a higher index) is skipped, whether present or
+    /// not, so a flag added last with a default stays compatible with older builds.
+    #[test]
+    fn an_older_build_skips_a_field_added_last() {
+        for passes in [false, true] {
+            let mut bytes = Vec::new();
+            super::encode(
+                &Newer::Lock {
+                    request: 42,
+                    quiet: true,
+                    passes,
+                },
+                &mut bytes,
+            )
+            .expect("encodes");
+            let older: Older = super::decode(&bytes, 32).expect("an older build decodes it");
+            assert_eq!(
+                older,
+                Older::Lock {
+                    request: 42,
+                    quiet: true
+                }
+            );
+        }
+    }
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant as StdInstant};
 use async_channel::Receiver;
 use async_io::Timer;
 use conclave_lock_api::wire::ClusterId;
-use conclave_lock_api::{LockError, LockLostReason, Transport};
+use conclave_lock_api::{LockError, Transport};
 use conclave_protocol::raft::persist::PersistBatch;
 use conclave_protocol::raft::wire::{decode_packet, encode_packet};
 use conclave_protocol::raft::RaftEvent;
@@ -54,12 +54,7 @@ impl Driver {
             // A bug, not an input: the member stops, and says so to every waiting task.
             tracing::error!("raft: the driver panicked; the member stops");
             let mut state = self.shared.lock();
-            state.closed = true;
-            let requests: Vec<_> = state.records.keys().copied().collect();
-            for request in requests {
-                state.lose(request, LockLostReason::Shutdown);
-                state.fail(request, LockError::Shutdown);
-            }
+            state.close_ending_requests();
             for waker in state.leader_wakers.drain(..) {
                 waker.wake();
             }
@@ -121,13 +116,7 @@ impl Driver {
             if let Err(error) = self.disk.write(&batch) {
                 // Without its log on disk this member must not answer as if it had it.
                 tracing::error!(%error, "raft: the log could not be written; the member stops");
-                let mut state = self.shared.lock();
-                state.closed = true;
-                let requests: Vec<_> = state.records.keys().copied().collect();
-                for request in requests {
-                    state.lose(request, LockLostReason::Shutdown);
-                    state.fail(request, LockError::Shutdown);
-                }
+                self.shared.lock().close_ending_requests();
                 return false;
             }
             let mut state = self.shared.lock();

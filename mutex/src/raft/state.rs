@@ -161,6 +161,16 @@ impl State {
         }
     }
 
+    /// The member stops: every hold is lost and every wait fails, with `Shutdown`.
+    pub(super) fn close_ending_requests(&mut self) {
+        self.closed = true;
+        let requests: Vec<_> = self.records.keys().copied().collect();
+        for request in requests {
+            self.lose(request, LockLostReason::Shutdown);
+            self.fail(request, LockError::Shutdown);
+        }
+    }
+
     /// Takes in one event of the protocol node.
     pub(super) fn take(&mut self, event: RaftEvent) {
         match event {
